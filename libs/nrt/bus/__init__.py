@@ -1,0 +1,1 @@
+"""NATS plumbing: subjects, connections, request/reply with error frames, JetStream events, tracing."""

@@ -1,0 +1,38 @@
+"""Connecting to NATS with reconnects that never give up, and logging what happens."""
+
+from __future__ import annotations
+
+import logging
+
+import nats
+from nats.aio.client import Client
+
+log = logging.getLogger("nrt.bus")
+
+
+async def connect(url: str, name: str, connect_timeout: float = 5.0) -> Client:
+    """A NATS connection named ``name`` that reconnects forever with backoff."""
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats %s: %s", name, exc)
+
+    async def on_disconnected() -> None:
+        log.warning("nats %s: disconnected from %s", name, url)
+
+    async def on_reconnected() -> None:
+        log.info("nats %s: reconnected", name)
+
+    try:
+        return await nats.connect(
+            url,
+            name=name,
+            connect_timeout=int(max(1, connect_timeout)),
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=1,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+        )
+    except Exception as exc:
+        raise ConnectionError(f"cannot connect to NATS at {url}: {exc}") from exc

@@ -1,0 +1,109 @@
+"""Publish events off the request path: ``emit`` never waits, events keep their order.
+
+Services on the request path (the gateway, router_svc) record facts without waiting for
+JetStream's acknowledgement: ``emit`` queues the event with the caller's trace context, a
+single task sends the queue in order (so a request's RequestAdmitted is stored before its
+RequestCompleted), and the acknowledgements are checked as they arrive. The event id is
+the message id, so a re-sent event is stored once. ``flush`` and ``close`` wait for the
+queue and the outstanding acknowledgements; an event that is not acknowledged within
+``ack_timeout`` is logged and counted as lost, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from nats.aio.client import Client
+from nats.js.api import PubAck
+
+from nrt.bus import subjects
+from nrt.bus.tracing import inject
+from nrt.events import Event, encode
+
+log = logging.getLogger("nrt.bus.emitter")
+
+
+class EventEmitter:
+    def __init__(self, nc: Client, ack_timeout: float = 5.0, max_queued: int = 100_000) -> None:
+        self.js = nc.jetstream(timeout=ack_timeout)
+        self.ack_timeout = ack_timeout
+        self.sent = 0  # acknowledged by the stream
+        self.lost = 0  # not queued (queue full), not sent, or not acknowledged in time
+        self._queue: asyncio.Queue[tuple[Event, dict[str, str]]] = asyncio.Queue(max_queued)
+        self._pending: dict[asyncio.Future[PubAck], tuple[Event, float]] = {}
+        self._outstanding = 0  # emitted, not yet acknowledged or lost
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._expire_loop())]
+
+    def emit(self, event: Event) -> None:
+        """Queue ``event`` for publishing, with the current trace context; never blocks."""
+        headers = inject({"Nats-Msg-Id": event.event_id})
+        try:
+            self._queue.put_nowait((event, headers))
+            self._outstanding += 1
+            self._idle.clear()
+        except asyncio.QueueFull:
+            self.lost += 1
+            log.error("event queue full: dropped %s %s", event.type, event.event_id)
+
+    async def flush(self, within: float = 10.0) -> None:
+        """Wait until every emitted event is acknowledged (or counted lost); TimeoutError after ``within``."""
+        async with asyncio.timeout(within):
+            await self._idle.wait()
+
+    async def close(self, within: float = 5.0) -> None:
+        """Flush what can be flushed within ``within`` seconds, then stop."""
+        try:
+            await self.flush(within)
+        except TimeoutError:
+            log.error("closing with %d event(s) unsent or unacknowledged", self._outstanding)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _settle(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle.set()
+
+    async def _send_loop(self) -> None:
+        while True:
+            event, headers = await self._queue.get()
+            try:
+                future = await self.js.publish_async(
+                    subjects.event(event.type), encode(event), headers=headers, wait_stall=self.ack_timeout
+                )
+                self._pending[future] = (event, time.monotonic())
+                future.add_done_callback(self._acknowledged)
+            except Exception as exc:  # a full ack window or a closed connection: count, log, go on
+                self.lost += 1
+                log.error("could not publish %s %s: %s", event.type, event.event_id, exc)
+                self._settle()
+
+    def _acknowledged(self, future: asyncio.Future[PubAck]) -> None:
+        event, _ = self._pending.pop(future, (None, 0.0))
+        if future.cancelled() or future.exception() is not None:
+            self.lost += 1
+            reason = "no acknowledgement in time" if future.cancelled() else repr(future.exception())
+            if event is not None:
+                log.error("event %s %s was not stored: %s", event.type, event.event_id, reason)
+        else:
+            self.sent += 1
+        self._settle()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.ack_timeout / 2))
+            cutoff = time.monotonic() - self.ack_timeout
+            for future, (_, sent_at) in list(self._pending.items()):
+                if sent_at < cutoff:
+                    future.cancel()

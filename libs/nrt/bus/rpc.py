@@ -1,0 +1,252 @@
+"""Request/reply and streamed replies over NATS, with explicit error frames and deadlines.
+
+Every reply carries an ``Nrt-Frame`` header: ``data`` (a payload), ``end`` (a stream is
+complete) or ``error`` (an ErrorFrame). A handler that fails, or a request that does not
+decode, is answered with an error frame: the caller never waits out a timeout for it.
+Every call has a deadline; a missed one raises DeadlineExceeded naming the subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from nrt.bus import tracing
+from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
+
+log = logging.getLogger("nrt.bus")
+tracer = trace.get_tracer("nrt.bus")
+
+FRAME = "Nrt-Frame"
+DATA, END, ERROR = "data", "end", "error"
+
+Req = TypeVar("Req", bound=msgspec.Struct)
+Resp = TypeVar("Resp", bound=msgspec.Struct)
+
+_encoder = msgspec.json.Encoder()
+_error_decoder = msgspec.json.Decoder(ErrorFrame)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def _frame_kind(msg: Msg) -> str:
+    return (msg.headers or {}).get(FRAME, DATA)
+
+
+def _raise_if_error(msg: Msg) -> None:
+    if _frame_kind(msg) == ERROR:
+        try:
+            frame = _error_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            frame = ErrorFrame(code="bad_frame", message=msg.data.decode(errors="replace")[:500])
+        raise RemoteError.from_frame(frame)
+
+
+def _decode(msg: Msg, kind: type[Resp], subject: str) -> Resp:
+    try:
+        return msgspec.json.decode(msg.data, type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise RemoteError("bad_reply", f"the reply from {subject} is not a valid {kind.__name__}: {exc}", 502) from exc
+
+
+# -- calling ---------------------------------------------------------------------------
+
+
+async def request(nc: Client, subject: str, payload: msgspec.Struct, reply_type: type[Resp], timeout: float) -> Resp:  # noqa: ASYNC109
+    """Send ``payload`` to ``subject`` and decode its one reply; raise RemoteError on any failure."""
+    with tracer.start_as_current_span(f"nats request {subject}", kind=SpanKind.CLIENT) as span:
+        span.set_attribute("messaging.destination.name", subject)
+        try:
+            msg = await nc.request(subject, encode(payload), timeout=timeout, headers=tracing.inject())
+        except NoRespondersError:
+            raise Unavailable(f"nothing is serving {subject}", code="no_responders") from None
+        except NatsTimeout:
+            raise DeadlineExceeded(f"no reply from {subject} within {timeout:g}s") from None
+        _raise_if_error(msg)
+        return _decode(msg, reply_type, subject)
+
+
+async def stream(
+    nc: Client,
+    subject: str,
+    payload: msgspec.Struct,
+    chunk_type: type[Resp],
+    first_timeout: float,
+    idle_timeout: float,
+) -> AsyncIterator[Resp]:
+    """Send ``payload`` with a fresh inbox as reply subject and yield the chunks streamed back.
+
+    Ends at the ``end`` frame; an ``error`` frame raises RemoteError; no frame within
+    ``first_timeout`` (first chunk) or ``idle_timeout`` (between chunks) raises DeadlineExceeded.
+    """
+    inbox = nc.new_inbox()
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
+    sub = await nc.subscribe(inbox, cb=queue.put)
+    try:
+        with tracer.start_as_current_span(f"nats stream {subject}", kind=SpanKind.CLIENT) as span:
+            span.set_attribute("messaging.destination.name", subject)
+            await nc.publish(subject, encode(payload), reply=inbox, headers=tracing.inject())
+            async for chunk in _read_stream(queue, chunk_type, subject, first_timeout, idle_timeout):
+                yield chunk
+    finally:
+        await sub.unsubscribe()
+
+
+async def _read_stream(
+    queue: asyncio.Queue[Msg], chunk_type: type[Resp], subject: str, first_timeout: float, idle_timeout: float
+) -> AsyncIterator[Resp]:
+    timeout = first_timeout
+    while True:
+        try:
+            msg = await asyncio.wait_for(queue.get(), timeout)
+        except TimeoutError:
+            which = "first reply" if timeout == first_timeout else "next chunk"
+            raise DeadlineExceeded(f"no {which} from {subject} within {timeout:g}s") from None
+        kind = _frame_kind(msg)
+        if kind == END:
+            return
+        _raise_if_error(msg)
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise Unavailable(f"nothing is serving {subject}", code="no_responders")
+        yield _decode(msg, chunk_type, subject)
+        timeout = idle_timeout
+
+
+def frame_payload(msg: Msg, subject: str) -> bytes | None:
+    """The payload of one streamed frame, None for the ``end`` frame; raises RemoteError for
+    an ``error`` frame or a no-responders status. For callers that read an inbox themselves
+    (e.g. frames of a tagged union, decoded with their own decoder)."""
+    if _frame_kind(msg) == END:
+        return None
+    _raise_if_error(msg)
+    if msg.headers and msg.headers.get("Status") == "503":
+        raise Unavailable(f"nothing is serving {subject}", code="no_responders")
+    return msg.data
+
+
+class StreamInbox:
+    """A reply subject to which chunks may be streamed, possibly by another service."""
+
+    def __init__(self, nc: Client, inbox: str) -> None:
+        self.nc, self.inbox = nc, inbox
+
+    async def send(self, chunk: msgspec.Struct) -> None:
+        await self.nc.publish(self.inbox, encode(chunk), headers={FRAME: DATA})
+
+    async def end(self) -> None:
+        await self.nc.publish(self.inbox, b"", headers={FRAME: END})
+
+    async def fail(self, error: RemoteError) -> None:
+        await self.nc.publish(self.inbox, encode(error.frame()), headers={FRAME: ERROR})
+
+
+async def forward(nc: Client, subject: str, payload: msgspec.Struct, reply_to: str) -> None:
+    """Publish ``payload`` to ``subject`` so that its replies go to ``reply_to`` (someone else's inbox)."""
+    await nc.publish(subject, encode(payload), reply=reply_to, headers=tracing.inject())
+
+
+# -- serving ---------------------------------------------------------------------------
+
+
+def _as_remote(exc: BaseException, subject: str) -> RemoteError:
+    if isinstance(exc, RemoteError):
+        return exc
+    log.exception("handler for %s failed", subject, exc_info=exc)
+    return RemoteError("internal", f"{type(exc).__name__}: {exc}", 500)
+
+
+def _decode_request(msg: Msg, kind: type[Req]) -> Req:
+    try:
+        return msgspec.json.decode(msg.data, type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BadRequest(f"invalid {kind.__name__}: {exc}") from exc
+
+
+async def serve(
+    nc: Client,
+    subject: str,
+    request_type: type[Req],
+    handler: Callable[[Req], Awaitable[msgspec.Struct]],
+    queue: str = "",
+    *,
+    concurrent: bool = False,
+) -> Subscription:
+    """Answer each request on ``subject`` with ``handler``'s reply, or an error frame.
+
+    Requests are handled one at a time, in arrival order; with ``concurrent=True`` each
+    runs in its own task, so a slow request (a manifest swap) does not hold up the next.
+    """
+
+    async def answer(msg: Msg) -> None:
+        with tracer.start_as_current_span(
+            f"nats serve {subject}", context=tracing.extract(msg.headers), kind=SpanKind.SERVER
+        ) as span:
+            try:
+                reply = await handler(_decode_request(msg, request_type))
+                data, headers = encode(reply), {FRAME: DATA}
+            except Exception as exc:  # every failure becomes a frame
+                error = _as_remote(exc, subject)
+                span.set_status(Status(StatusCode.ERROR, error.message))
+                data, headers = encode(error.frame()), {FRAME: ERROR}
+            if msg.reply:
+                await nc.publish(msg.reply, data, headers=headers)
+
+    if not concurrent:
+        return await nc.subscribe(subject, queue=queue, cb=answer)
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def on_message(msg: Msg) -> None:
+        task = asyncio.create_task(answer(msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return await nc.subscribe(subject, queue=queue, cb=on_message)
+
+
+async def serve_stream(
+    nc: Client,
+    subject: str,
+    request_type: type[Req],
+    handler: Callable[[Req, StreamInbox], Awaitable[None]],
+    queue: str = "",
+) -> Subscription:
+    """Run ``handler`` for each request, streaming to its reply subject; end or fail it for the handler."""
+
+    async def run(msg: Msg) -> None:
+        inbox = StreamInbox(nc, msg.reply)
+        with tracer.start_as_current_span(
+            f"nats serve {subject}", context=tracing.extract(msg.headers), kind=SpanKind.SERVER
+        ) as span:
+            try:
+                await handler(_decode_request(msg, request_type), inbox)
+                await inbox.end()
+            except Exception as exc:
+                error = _as_remote(exc, subject)
+                span.set_status(Status(StatusCode.ERROR, error.message))
+                await inbox.fail(error)
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def on_message(msg: Msg) -> None:
+        if not msg.reply:
+            log.warning("dropping a request on %s without a reply subject", subject)
+            return
+        task = asyncio.create_task(run(msg))  # streams run concurrently
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return await nc.subscribe(subject, queue=queue, cb=on_message)

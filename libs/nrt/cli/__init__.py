@@ -1,0 +1,1 @@
+"""The ``nrt`` command line."""

@@ -1,0 +1,34 @@
+"""``nrt health SERVICE``: exit 0 when the service answers its health subject (container health checks)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from nrt.bus import rpc
+from nrt.bus.connection import connect
+from nrt.service import Health, HealthQuery, health_subject
+
+
+async def _ask(url: str, service: str, within: float) -> Health:
+    nc = await connect(url, name="nrt-health", connect_timeout=within)
+    try:
+        return await rpc.request(nc, health_subject(service), HealthQuery(), Health, timeout=within)
+    finally:
+        await nc.close()
+
+
+@click.command()
+@click.argument("service")
+@click.option("--nats-url", envvar="NRT_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
+@click.option("--timeout", "within", default=3.0, show_default=True)
+def health(service: str, nats_url: str, within: float) -> None:
+    """Ask SERVICE (router_svc, specialist_worker, cluster_state) whether it is up."""
+    try:
+        answer = asyncio.run(_ask(nats_url, service, within))
+    except Exception as exc:
+        click.echo(f"{service}: not healthy: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"{service}: {answer.status} ({answer.instance}, up {answer.uptime_s:.0f}s)")

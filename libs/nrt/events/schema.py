@@ -1,0 +1,283 @@
+"""Every fact the cluster records, as typed, versioned, immutable events.
+
+Each event class has a ``type`` tag (its class name, the one name used for the event
+everywhere: the JSON tag, the NATS subject suffix and the ``type`` column) and a
+``VERSION``; a change to an event's fields gets a new version and an upcaster in
+``codec``. ``stream_id`` names the stream the event belongs to: the entity it is about.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import msgspec
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag=True):
+    """Base of every event: identity and time. Subclasses add the facts."""
+
+    VERSION: ClassVar[int] = 1
+    event_id: str = msgspec.field(default_factory=new_event_id)
+    occurred_at: datetime = msgspec.field(default_factory=utc_now)
+
+    @property
+    def type(self) -> str:
+        return type(self).__name__
+
+    @property
+    def stream_id(self) -> str:
+        raise NotImplementedError
+
+
+# -- manifests and drains ------------------------------------------------------------
+
+
+class ManifestApplied(Event, frozen=True, kw_only=True):
+    version: int
+    cluster: str
+    digest: str  # sha256 of text
+    text: str  # the manifest verbatim
+
+    @property
+    def stream_id(self) -> str:
+        return "manifest"
+
+
+class DrainStarted(Event, frozen=True, kw_only=True):
+    from_version: int
+    to_version: int
+    in_flight: int  # requests still running when the drain began
+    timeout_s: float
+
+    @property
+    def stream_id(self) -> str:
+        return "manifest"
+
+
+class DrainCompleted(Event, frozen=True, kw_only=True):
+    from_version: int
+    to_version: int
+    outcome: str  # "drained" | "timed_out" | "aborted"
+    waited_ms: float
+    abandoned: int = 0  # in-flight requests still running at cut-over (timed out)
+
+    @property
+    def stream_id(self) -> str:
+        return "manifest"
+
+
+# -- workers and models --------------------------------------------------------------
+
+
+class WorkerJoined(Event, frozen=True, kw_only=True):
+    worker_id: str
+    host: str
+    cpu_count: int
+    ram_bytes: int
+    accelerator_bytes: int = 0
+    providers: tuple[str, ...] = ()
+
+    @property
+    def stream_id(self) -> str:
+        return f"worker:{self.worker_id}"
+
+
+class WorkerLost(Event, frozen=True, kw_only=True):
+    worker_id: str
+    reason: str  # "heartbeat_timeout" | "shutdown"
+
+    @property
+    def stream_id(self) -> str:
+        return f"worker:{self.worker_id}"
+
+
+class ModelPlaced(Event, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    artifact: str  # the resolved source (catalogue name, path or endpoint)
+    tier: str  # the tier placement asks for
+    manifest_version: int
+
+    @property
+    def stream_id(self) -> str:
+        return f"model:{self.model_id}"
+
+
+class TierChanged(Event, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    from_tier: str
+    to_tier: str
+    reason: str  # "placement" | "co_activation" | "on_demand" | "budget_pressure" | "manifest_swap" | "command"
+    elapsed_ms: float
+    bytes_held: int  # bytes the model holds on the worker after the change
+    cold_start: bool = False  # promoted on demand by a request that waited for it
+
+    @property
+    def stream_id(self) -> str:
+        return f"model:{self.model_id}"
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+class SessionOpened(Event, frozen=True, kw_only=True):
+    session_id: str
+    model_id: str
+    worker_id: str
+
+    @property
+    def stream_id(self) -> str:
+        return f"session:{self.session_id}"
+
+
+class SessionTouched(Event, frozen=True, kw_only=True):
+    session_id: str
+    model_id: str
+    worker_id: str
+    cached_tokens: int  # tokens whose KV the worker holds after this turn
+    kv_bytes: int
+    reused_tokens: int = 0  # prompt tokens that were not prefilled again this turn
+
+    @property
+    def stream_id(self) -> str:
+        return f"session:{self.session_id}"
+
+
+class SessionKvEvicted(Event, frozen=True, kw_only=True):
+    session_id: str
+    model_id: str
+    worker_id: str
+    bytes_freed: int
+    reason: str  # "idle" | "budget_pressure" | "command" | "model_unloaded"
+
+    @property
+    def stream_id(self) -> str:
+        return f"session:{self.session_id}"
+
+
+class SessionClosed(Event, frozen=True, kw_only=True):
+    session_id: str
+    reason: str = "closed"
+
+    @property
+    def stream_id(self) -> str:
+        return f"session:{self.session_id}"
+
+
+# -- requests and routing ------------------------------------------------------------
+
+
+class RequestAdmitted(Event, frozen=True, kw_only=True):
+    request_id: str
+    manifest_version: int
+    model_id: str  # what the client asked for: the entry (routed) or a model id (direct)
+    session_id: str | None = None
+    stream: bool = False
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+class RouterFired(Event, frozen=True, kw_only=True):
+    request_id: str
+    model_id: str  # the entry model that classified
+    intent: str | None  # None when no label was confident enough
+    scores: dict[str, float]
+    latency_ms: float
+    manifest_version: int
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+class RequestDispatched(Event, frozen=True, kw_only=True):
+    request_id: str
+    from_model: str
+    to_model: str
+    intent: str | None
+    rule: str
+    manifest_version: int
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+class RequestCompleted(Event, frozen=True, kw_only=True):
+    request_id: str
+    manifest_version: int
+    model_id: str  # the model that produced the answer
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    ttft_ms: float | None = None
+    finish_reason: str = "stop"
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+class RequestFailed(Event, frozen=True, kw_only=True):
+    request_id: str
+    manifest_version: int
+    code: str  # a stable error code, e.g. "worker_timeout"
+    message: str
+    status: int  # the HTTP status the client saw
+    model_id: str | None = None
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ManifestApplied,
+    DrainStarted,
+    DrainCompleted,
+    WorkerJoined,
+    WorkerLost,
+    ModelPlaced,
+    TierChanged,
+    SessionOpened,
+    SessionTouched,
+    SessionKvEvicted,
+    SessionClosed,
+    RequestAdmitted,
+    RouterFired,
+    RequestDispatched,
+    RequestCompleted,
+    RequestFailed,
+)
+
+AnyEvent = (
+    ManifestApplied
+    | DrainStarted
+    | DrainCompleted
+    | WorkerJoined
+    | WorkerLost
+    | ModelPlaced
+    | TierChanged
+    | SessionOpened
+    | SessionTouched
+    | SessionKvEvicted
+    | SessionClosed
+    | RequestAdmitted
+    | RouterFired
+    | RequestDispatched
+    | RequestCompleted
+    | RequestFailed
+)

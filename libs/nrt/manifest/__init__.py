@@ -1,0 +1,37 @@
+"""The NRT manifest: parsing, validation and the typed model."""
+
+from nrt.manifest.dispatch import DispatchRule, parse_rule
+from nrt.manifest.errors import ManifestError, Problem
+from nrt.manifest.model import (
+    DrainPolicy,
+    Generation,
+    LruPolicy,
+    Manifest,
+    ModelSpec,
+    Priority,
+    Resources,
+    Role,
+    Routing,
+    Tier,
+)
+from nrt.manifest.parse import FootprintOf, load_manifest, parse_manifest
+
+__all__ = [
+    "DispatchRule",
+    "DrainPolicy",
+    "FootprintOf",
+    "Generation",
+    "LruPolicy",
+    "Manifest",
+    "ManifestError",
+    "ModelSpec",
+    "Priority",
+    "Problem",
+    "Resources",
+    "Role",
+    "Routing",
+    "Tier",
+    "load_manifest",
+    "parse_manifest",
+    "parse_rule",
+]

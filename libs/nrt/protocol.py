@@ -1,0 +1,222 @@
+"""The messages services exchange over NATS (besides events). One name per concept.
+
+Subjects are in ``nrt.bus.subjects``. Request/reply and streaming helpers, with explicit
+error frames, are in ``nrt.bus.rpc``.
+
+- ``nrt.route`` (gateway -> router_svc): a ``RouteRequest``; replies stream to the
+  gateway's inbox: first a ``Dispatch`` frame from router_svc (for routed requests), then
+  ``GenerateChunk`` frames straight from the worker that answers. Both are ``InboxFrame``.
+- ``nrt.infer.<model_id>`` (-> workers, queue group ``nrt-workers``): an ``InferRequest``:
+  ``GenerateRequest`` streams ``GenerateChunk`` frames to the reply subject;
+  ``ClassifyRequest`` answers one ``ClassifyReply``; ``EmbedRequest`` one ``EmbedReply``.
+- ``nrt.control.<worker_id>`` (cluster_state -> one worker): a ``ControlCommand``,
+  answered by a ``ControlReply`` once the change is done (and its event published).
+- ``nrt.workers.heartbeat`` (workers -> anyone): a ``WorkerHeartbeat`` every few seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from nrt.inference.structs import FinishReason, Timings, Usage
+from nrt.inference.templates import ChatMessage
+
+__all__ = ["ChatMessage"]  # re-exported: the one chat message type, on the wire and in templates
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """What a client may set; None means the model's manifest default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+# -- gateway -> router_svc -------------------------------------------------------------
+
+
+class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
+    request_id: str
+    manifest_version: int  # the version the gateway admitted the request under
+    model: str  # the entry model id (routed) or any model id (direct)
+    messages: tuple[ChatMessage, ...]
+    params: SamplingParams = SamplingParams()
+    session_id: str | None = None
+
+
+class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):
+    """router_svc's decision, sent to the gateway's inbox before the specialist's tokens."""
+
+    request_id: str
+    entry_model: str
+    intent: str | None  # None: no label was confident enough
+    target: str  # the model that answers
+    scores: dict[str, float]
+    router_ms: float  # time the entry model took to classify
+    rule: str
+    confidence: float | None = None  # the entry model's confidence in its best allowed label
+    router_worker_id: str | None = None  # the worker that classified
+    router_compute_ms: float | None = None  # the classification time that worker reports
+
+
+# -- -> workers ------------------------------------------------------------------------
+
+
+class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
+    request_id: str
+    model_id: str
+    manifest_version: int
+    messages: tuple[ChatMessage, ...] = ()  # rendered with the model's prompt template
+    prompt: str | None = None  # raw completion text instead of messages
+    params: SamplingParams = SamplingParams()
+    session_id: str | None = None
+
+
+class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
+    """A piece of an answer. The last one has ``finish_reason``, ``usage`` and ``timings``."""
+
+    request_id: str
+    model_id: str
+    worker_id: str
+    text: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    cold_start_ms: float | None = None  # set when this request had to promote the model first
+
+
+InboxFrame = Dispatch | GenerateChunk
+
+
+class ClassifyRequest(msgspec.Struct, frozen=True, kw_only=True, tag="classify"):
+    """Score ``labels`` for ``text``: an encoder compares to the labels' example centroids,
+    a causal model scores each label's likelihood. Only the given labels can be returned."""
+
+    request_id: str
+    model_id: str
+    text: str
+    labels: tuple[str, ...]
+    examples: dict[str, tuple[str, ...]] = {}  # label -> example utterances (encoder routers)
+
+
+class ClassifyReply(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    scores: dict[str, float]  # label -> score; higher is better, comparable within one reply
+    best: str
+    confidence: float  # in [0, 1]: how sure the model is of ``best``
+    latency_ms: float
+
+
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
+    request_id: str
+    model_id: str
+    texts: tuple[str, ...]
+
+
+class EmbedReply(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    vectors: list[list[float]]
+    latency_ms: float
+
+
+InferRequest = GenerateRequest | ClassifyRequest | EmbedRequest
+
+
+# -- cluster_state -> a worker ----------------------------------------------------------
+
+ControlAction = Literal["load", "promote", "demote", "unload", "evict_session"]
+
+
+class ControlCommand(msgspec.Struct, frozen=True, kw_only=True):
+    action: ControlAction
+    model_id: str
+    reason: str  # recorded on the resulting TierChanged / SessionKvEvicted event
+    source: str | None = None  # load: the manifest source (catalogue://…, a path, an endpoint)
+    tier: str | None = None  # load: the tier to reach (resident | standby | remote)
+    session_id: str | None = None  # evict_session
+    manifest_version: int = 0
+
+
+class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    model_id: str
+    tier: str  # the model's tier on the worker after the command
+    bytes_held: int
+    elapsed_ms: float
+    changed: bool  # False when the model already was where the command asked
+
+
+# -- workers -> anyone -----------------------------------------------------------------
+
+
+class HostedModel(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    tier: str
+    bytes_held: int
+    active_requests: int = 0
+    sessions: int = 0
+
+
+class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    host: str
+    cpu_count: int
+    ram_bytes: int  # memory the worker may use for models
+    accelerator_bytes: int  # 0 on a CPU host
+    providers: tuple[str, ...]
+    models: tuple[HostedModel, ...] = ()
+    sent_at: float = 0.0  # unix time
+
+
+# -- gateway -> cluster_state: drained manifest swaps -----------------------------------
+
+
+class ApplyManifest(msgspec.Struct, frozen=True, kw_only=True):
+    """Replace the manifest in force with ``text`` (validated by cluster_state first)."""
+
+    text: str
+    requested_by: str = "api"
+
+
+class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):
+    from_version: int
+    to_version: int
+    outcome: str  # "applied" | "unchanged"
+    drained_ms: float
+    warmed: tuple[str, ...] = ()  # models loaded and warmed before the cut-over
+    abandoned: int = 0  # in-flight requests still running when the drain timed out
+
+
+# -- anyone -> cluster_state: the folded state, promotions within the budget --------------
+
+
+class StateQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask cluster_state (``nrt.state.get``) for its folded ``ClusterState``, the one recorded in PostgreSQL."""
+
+
+class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
+    """Make ``model_id`` resident now (``nrt.models.promote``).
+
+    cluster_state first demotes the least recently used non-critical residents if the
+    budget needs it; when none can go, it answers an error frame with status 503, code
+    ``budget_exhausted`` and a message with the numbers.
+    """
+
+    model_id: str
+    reason: str = "on_demand"
+    request_id: str | None = None
+
+
+class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    tier: str  # the model's tier after the promotion ("resident", or "remote" for a remote model)
+    demoted: tuple[str, ...] = ()  # models demoted to make room
+    elapsed_ms: float

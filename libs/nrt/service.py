@@ -1,0 +1,96 @@
+"""The imperative shell every service shares: logging, tracing, NATS, health, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+
+from nrt.bus import rpc
+from nrt.bus.connection import connect
+from nrt.settings import Settings
+from nrt.telemetry import setup_tracing
+
+log = logging.getLogger("nrt.service")
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+def health_subject(service: str) -> str:
+    return f"nrt.health.{service}"
+
+
+class HealthQuery(msgspec.Struct, frozen=True):
+    pass
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    service: str
+    instance: str
+    uptime_s: float
+    status: str = "ok"
+
+
+@dataclass
+class ServiceContext:
+    name: str
+    settings: Settings
+    nc: Client
+    instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    started: float = field(default_factory=time.monotonic)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+ServiceBody = Callable[[ServiceContext], Coroutine[Any, Any, None]]
+
+
+async def run_service(name: str, body: ServiceBody, settings: Settings | None = None) -> None:
+    """Connect, answer health checks, run ``body`` until it returns or a signal arrives."""
+    settings = settings or Settings.from_env()
+    setup_tracing(name)
+    nc = await connect(settings.nats_url or DEFAULT_NATS_URL, name=name)
+    ctx = ServiceContext(name=name, settings=settings, nc=nc)
+
+    async def health(_: HealthQuery) -> Health:
+        return Health(service=name, instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
+
+    await rpc.serve(nc, health_subject(name), HealthQuery, health)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, ctx.stopping.set)
+    log.info("%s ready (instance %s)", name, ctx.instance)
+    task = asyncio.create_task(body(ctx))
+    stop = asyncio.create_task(ctx.stopping.wait())
+    try:
+        done, _ = await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # surface a crash
+    finally:
+        for pending in (task, stop):
+            pending.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+        await nc.drain()
+        log.info("%s stopped", name)
+
+
+def main(name: str, body: ServiceBody) -> None:
+    """``python -m <service>``: run the service in the foreground."""
+    logging.basicConfig(
+        level=os.environ.get("NRT_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(run_service(name, body))
+
+
+async def idle(ctx: ServiceContext) -> None:
+    """A body that only serves health checks until stopped."""
+    await ctx.stopping.wait()

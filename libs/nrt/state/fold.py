@@ -1,0 +1,271 @@
+"""The pure fold: ``evolve(state, event) -> state``. No I/O, no clock, no mutation.
+
+The same function runs live in cluster_state, in the gateway's local view and in
+``nrt replay``; the same events therefore always give the same state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from msgspec.structs import replace
+
+from nrt.events import (
+    AnyEvent,
+    DrainCompleted,
+    DrainStarted,
+    Event,
+    ManifestApplied,
+    ModelPlaced,
+    RequestAdmitted,
+    RequestCompleted,
+    RequestDispatched,
+    RequestFailed,
+    RouterFired,
+    SessionClosed,
+    SessionKvEvicted,
+    SessionOpened,
+    SessionTouched,
+    TierChanged,
+    WorkerJoined,
+    WorkerLost,
+)
+from nrt.manifest.model import Tier
+from nrt.state.model import ClusterState, Counters, ModelState, Placement, SessionState, WorkerState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+_TIER_RANK = {Tier.UNLOADED.value: 0, Tier.REMOTE.value: 1, Tier.STANDBY.value: 2, Tier.RESIDENT.value: 3}
+
+
+def evolve(state: ClusterState, event: Event) -> ClusterState:
+    """The state after ``event``; ``state`` itself is left untouched."""
+    handler = _HANDLERS.get(type(event))
+    after = handler(state, event) if handler is not None else state
+    return replace(after, events_applied=after.events_applied + 1, last_event_at=event.occurred_at)
+
+
+def fold(events: Iterable[Event], state: ClusterState | None = None) -> ClusterState:
+    """Fold ``events`` into ``state`` (an empty cluster by default)."""
+    current = state if state is not None else ClusterState()
+    for event in events:
+        current = evolve(current, event)
+    return current
+
+
+def _count(counters: Counters, **increments: int) -> Counters:
+    return replace(counters, **{name: getattr(counters, name) + n for name, n in increments.items()})
+
+
+def _with(mapping: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    copy = dict(mapping)
+    copy[key] = value
+    return copy
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    if key not in mapping:
+        return mapping
+    copy = dict(mapping)
+    del copy[key]
+    return copy
+
+
+def _model(state: ClusterState, model_id: str) -> ModelState:
+    return state.models.get(model_id) or ModelState(model_id=model_id)
+
+
+# -- handlers --------------------------------------------------------------------------
+
+
+def _manifest_applied(state: ClusterState, e: ManifestApplied) -> ClusterState:
+    return replace(
+        state,
+        cluster=e.cluster,
+        manifest_version=e.version,
+        manifest_digest=e.digest,
+        manifest_text=e.text,
+        draining=False,
+        drain_to_version=None,
+        counters=_count(state.counters, manifests_applied=1),
+    )
+
+
+def _drain_started(state: ClusterState, e: DrainStarted) -> ClusterState:
+    return replace(state, draining=True, drain_to_version=e.to_version, counters=_count(state.counters, drains=1))
+
+
+def _drain_completed(state: ClusterState, e: DrainCompleted) -> ClusterState:
+    # A completed drain stops admission waits; the cut-over itself is the ManifestApplied that follows.
+    return replace(state, draining=False, drain_to_version=None)
+
+
+def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
+    worker = WorkerState(
+        worker_id=e.worker_id,
+        host=e.host,
+        cpu_count=e.cpu_count,
+        ram_bytes=e.ram_bytes,
+        accelerator_bytes=e.accelerator_bytes,
+        providers=e.providers,
+        joined_at=e.occurred_at,
+    )
+    return replace(state, workers=_with(state.workers, e.worker_id, worker))
+
+
+def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
+    worker = state.workers.get(e.worker_id)
+    workers = _with(state.workers, e.worker_id, replace(worker, alive=False)) if worker else state.workers
+    models = {
+        model_id: replace(model, placements=_without(model.placements, e.worker_id))
+        if e.worker_id in model.placements
+        else model
+        for model_id, model in state.models.items()
+    }
+    sessions = {sid: s for sid, s in state.sessions.items() if s.worker_id != e.worker_id}
+    return replace(state, workers=workers, models=models, sessions=sessions)
+
+
+def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
+    model = _model(state, e.model_id)
+    placement = model.placements.get(e.worker_id) or Placement(
+        worker_id=e.worker_id, tier=Tier.UNLOADED.value, since=e.occurred_at
+    )
+    updated = replace(model, artifact=e.artifact, placements=_with(model.placements, e.worker_id, placement))
+    return replace(state, models=_with(state.models, e.model_id, updated))
+
+
+def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
+    model = _model(state, e.model_id)
+    if e.to_tier == Tier.UNLOADED.value:
+        placements = _without(model.placements, e.worker_id)
+    else:
+        placement = Placement(worker_id=e.worker_id, tier=e.to_tier, bytes_held=e.bytes_held, since=e.occurred_at)
+        placements = _with(model.placements, e.worker_id, placement)
+    up = _TIER_RANK.get(e.to_tier, 0) > _TIER_RANK.get(e.from_tier, 0)
+    updated = replace(
+        model,
+        placements=placements,
+        promotions=model.promotions + (1 if up else 0),
+        demotions=model.demotions + (0 if up else 1),
+        cold_starts=model.cold_starts + (1 if e.cold_start else 0),
+    )
+    counters = _count(state.counters, tier_changes=1, cold_starts=1 if e.cold_start else 0)
+    return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
+
+
+def _session_opened(state: ClusterState, e: SessionOpened) -> ClusterState:
+    session = SessionState(
+        session_id=e.session_id,
+        model_id=e.model_id,
+        worker_id=e.worker_id,
+        opened_at=e.occurred_at,
+        last_used_at=e.occurred_at,
+    )
+    return replace(state, sessions=_with(state.sessions, e.session_id, session))
+
+
+def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
+    session = state.sessions.get(e.session_id) or SessionState(
+        session_id=e.session_id,
+        model_id=e.model_id,
+        worker_id=e.worker_id,
+        opened_at=e.occurred_at,
+        last_used_at=e.occurred_at,
+    )
+    updated = replace(
+        session,
+        model_id=e.model_id,
+        worker_id=e.worker_id,
+        last_used_at=e.occurred_at,
+        turns=session.turns + 1,
+        cached_tokens=e.cached_tokens,
+        kv_bytes=e.kv_bytes,
+        kv_evicted=False,
+    )
+    return replace(state, sessions=_with(state.sessions, e.session_id, updated))
+
+
+def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterState:
+    session = state.sessions.get(e.session_id)
+    counters = _count(state.counters, kv_evictions=1)
+    if session is None:
+        return replace(state, counters=counters)
+    updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True)
+    return replace(state, sessions=_with(state.sessions, e.session_id, updated), counters=counters)
+
+
+def _session_closed(state: ClusterState, e: SessionClosed) -> ClusterState:
+    return replace(state, sessions=_without(state.sessions, e.session_id))
+
+
+def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
+    return replace(
+        state,
+        in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
+        counters=_count(state.counters, requests_admitted=1),
+    )
+
+
+def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
+    label = e.intent if e.intent is not None else "<none>"
+    model = _model(state, e.model_id)
+    updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
+    return replace(
+        state,
+        models=_with(state.models, e.model_id, updated),
+        intents=_with(state.intents, label, state.intents.get(label, 0) + 1),
+        counters=_count(state.counters, router_fired=1),
+    )
+
+
+def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
+    return replace(state, counters=_count(state.counters, dispatches=1))
+
+
+def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState:
+    model = _model(state, e.model_id)
+    updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
+    counters = _count(
+        state.counters,
+        requests_completed=1,
+        prompt_tokens=e.prompt_tokens,
+        completion_tokens=e.completion_tokens,
+    )
+    return replace(
+        state,
+        models=_with(state.models, e.model_id, updated),
+        in_flight=_without(state.in_flight, e.request_id),
+        counters=counters,
+    )
+
+
+def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
+    return replace(
+        state,
+        in_flight=_without(state.in_flight, e.request_id),
+        counters=_count(state.counters, requests_failed=1),
+    )
+
+
+_HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
+    ManifestApplied: _manifest_applied,
+    DrainStarted: _drain_started,
+    DrainCompleted: _drain_completed,
+    WorkerJoined: _worker_joined,
+    WorkerLost: _worker_lost,
+    ModelPlaced: _model_placed,
+    TierChanged: _tier_changed,
+    SessionOpened: _session_opened,
+    SessionTouched: _session_touched,
+    SessionKvEvicted: _session_kv_evicted,
+    SessionClosed: _session_closed,
+    RequestAdmitted: _request_admitted,
+    RouterFired: _router_fired,
+    RequestDispatched: _request_dispatched,
+    RequestCompleted: _request_completed,
+    RequestFailed: _request_failed,
+}
+
+__all__ = ["AnyEvent", "evolve", "fold"]

@@ -1,0 +1,87 @@
+"""ClusterState: what the event log says the cluster looks like. Immutable values only."""
+
+from __future__ import annotations
+
+from datetime import datetime  # at run time: msgspec resolves it to decode a ClusterState (nrt.state.get)
+
+import msgspec
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    tier: str
+    bytes_held: int = 0
+    since: datetime
+
+
+class ModelState(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    artifact: str = ""
+    placements: dict[str, Placement] = {}  # by worker id; never mutated in place
+    last_used_at: datetime | None = None
+    requests: int = 0
+    promotions: int = 0
+    demotions: int = 0
+    cold_starts: int = 0
+
+    @property
+    def tiers(self) -> dict[str, str]:
+        return {worker: p.tier for worker, p in self.placements.items()}
+
+
+class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    model_id: str
+    worker_id: str
+    opened_at: datetime
+    last_used_at: datetime
+    turns: int = 0
+    cached_tokens: int = 0
+    kv_bytes: int = 0
+    kv_evicted: bool = False
+
+
+class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    host: str
+    cpu_count: int
+    ram_bytes: int
+    accelerator_bytes: int = 0
+    providers: tuple[str, ...] = ()
+    joined_at: datetime
+    alive: bool = True
+
+
+class Counters(msgspec.Struct, frozen=True, kw_only=True):
+    requests_admitted: int = 0
+    requests_completed: int = 0
+    requests_failed: int = 0
+    router_fired: int = 0
+    dispatches: int = 0
+    tier_changes: int = 0
+    cold_starts: int = 0
+    kv_evictions: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    manifests_applied: int = 0
+    drains: int = 0
+
+
+class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str | None = None
+    manifest_version: int = 0
+    manifest_digest: str | None = None
+    manifest_text: str | None = None
+    draining: bool = False
+    drain_to_version: int | None = None
+    workers: dict[str, WorkerState] = {}
+    models: dict[str, ModelState] = {}
+    sessions: dict[str, SessionState] = {}
+    in_flight: dict[str, int] = {}  # request id -> manifest version it was admitted under
+    intents: dict[str, int] = {}  # how often the entry model chose each intent
+    counters: Counters = Counters()
+    events_applied: int = 0
+    last_event_at: datetime | None = None
+
+    def in_flight_under(self, version: int) -> int:
+        return sum(1 for v in self.in_flight.values() if v == version)

@@ -1,0 +1,435 @@
+"""The event store: an append-only, hash-chained event log in PostgreSQL.
+
+Appends are serialised by a transaction-scoped advisory lock, which gives gapless global
+positions and a single hash chain. Within the lock an append skips events already stored
+(idempotent by event id), checks expected stream versions (optimistic concurrency) and
+writes the batch with COPY.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from nrt.events import AnyEvent, Event, decode, encode, schema_version
+from nrt.infra.pgurl import to_sqlalchemy
+from nrt.store.hashchain import GENESIS, row_hash
+from nrt.store.tables import APPEND_COLUMNS
+
+APPEND_LOCK_KEY = 0x6E7274  # "nrt": one appender at a time holds it for its transaction
+_COPY_SQL = f"COPY events ({', '.join(APPEND_COLUMNS)}) FROM STDIN"
+_READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text"
+
+
+class ConcurrencyError(Exception):
+    """An append expected a stream version that another writer has already moved past."""
+
+    def __init__(self, stream_id: str, expected: int, actual: int) -> None:
+        self.stream_id, self.expected, self.actual = stream_id, expected, actual
+        super().__init__(
+            f"stream '{stream_id}' is at version {actual}, but the append expected version {expected}; "
+            "re-read the stream and retry"
+        )
+
+
+class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    position: int
+    stream_id: str
+    stream_version: int
+    recorded_at: datetime | None
+    event: AnyEvent
+
+
+class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
+    recorded: list[RecordedEvent]  # newly stored, in position order
+    duplicates: int  # events skipped because their id was already stored
+    head: int  # the log's last position after the append
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a consumer has recorded its source (e.g. a JetStream stream sequence)."""
+
+    consumer: str
+    sequence: int
+
+
+_CHECKPOINT_SQL = sa.text(
+    "INSERT INTO consumer_checkpoints (consumer, sequence, updated_at) VALUES (:c, :s, now()) "
+    "ON CONFLICT (consumer) DO UPDATE SET sequence = EXCLUDED.sequence, updated_at = EXCLUDED.updated_at"
+)
+
+
+class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    checked: int
+    first_bad_position: int | None = None
+    event_id: str | None = None
+    reason: str | None = None
+
+    def render(self) -> str:
+        if self.ok:
+            return f"hash chain intact: {self.checked} events verified"
+        return f"hash chain broken at position {self.first_bad_position} (event {self.event_id}): {self.reason}"
+
+
+def _copy_text(value: str) -> str:
+    """``value`` escaped for PostgreSQL's COPY text format."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\t" in value or "\n" in value or "\r" in value:
+        value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
+
+
+def _first_of_each(events: Sequence[Event]) -> list[Event]:
+    """``events`` without repeated ids, keeping each id's first occurrence and the order."""
+    seen: set[str] = set()
+    unique: list[Event] = []
+    for event in events:
+        if event.event_id not in seen:
+            seen.add(event.event_id)
+            unique.append(event)
+    return unique
+
+
+def _expected_for(expected_versions: Mapping[str, int] | None) -> Mapping[str, int]:
+    return expected_versions if expected_versions is not None else {}
+
+
+class EventStore:
+    """Append to and read from the event log. One instance per process; it owns an engine."""
+
+    def __init__(self, engine: AsyncEngine, version_cache_size: int = 100_000) -> None:
+        self.engine = engine
+        self._tail: tuple[int, bytes] | None = None  # (position, hash) of the last row, as last seen
+        self._versions: OrderedDict[str, int] = OrderedDict()  # stream id -> version, as last seen
+        self._version_cache_size = version_cache_size
+
+    @classmethod
+    def connect(cls, url: str, pool_size: int = 5) -> EventStore:
+        return cls(create_async_engine(to_sqlalchemy(url), pool_size=pool_size, pool_pre_ping=True))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def append(
+        self,
+        events: Sequence[Event],
+        expected_versions: Mapping[str, int] | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> AppendResult:
+        """Append ``events`` in order, atomically.
+
+        ``expected_versions`` maps a stream id to the version the caller last saw (0: the
+        stream must not exist yet); a mismatch raises ConcurrencyError and stores nothing.
+        Events whose id is already stored are skipped, so re-delivering a batch is a no-op.
+        ``checkpoint`` is stored in the same transaction as the events (even when every
+        event was a duplicate), so a consumer's position never runs ahead of or behind its log.
+
+        The fast path trusts this store's cache of the chain's tail and of stream versions
+        and writes at once; the table's unique constraints (position, event id, stream
+        version) reject any stale guess, and the append is then redone with every check
+        read from the database.
+        """
+        if self._cache_covers(expected_versions):
+            try:
+                return await self._append_optimistic(events, expected_versions, checkpoint)
+            except (psycopg.errors.UniqueViolation, sa.exc.IntegrityError):
+                self._forget()
+        return await self._append_checked(events, expected_versions, checkpoint)
+
+    def _cache_covers(self, expected_versions: Mapping[str, int] | None) -> bool:
+        return self._tail is not None and all(s in self._versions for s in _expected_for(expected_versions))
+
+    def _forget(self) -> None:
+        self._tail = None
+        self._versions.clear()
+
+    def _remember(self, recorded: list[RecordedEvent], versions: Mapping[str, int], tail: tuple[int, bytes]) -> None:
+        self._tail = tail
+        for stream_id, version in versions.items():
+            self._versions[stream_id] = version
+            self._versions.move_to_end(stream_id)
+        while len(self._versions) > self._version_cache_size:
+            self._versions.popitem(last=False)
+
+    async def _append_optimistic(
+        self, events: Sequence[Event], expected_versions: Mapping[str, int] | None, checkpoint: Checkpoint | None
+    ) -> AppendResult:
+        assert self._tail is not None
+        fresh = _first_of_each(events)
+        duplicates = len(events) - len(fresh)
+        versions = {e.stream_id: self._versions.get(e.stream_id, 0) for e in fresh}
+        for stream_id, expected in _expected_for(expected_versions).items():
+            actual = self._versions[stream_id]
+            if actual != expected and stream_id in versions:
+                raise ConcurrencyError(stream_id, expected, actual)
+        head, prev_hash = self._tail
+        if not fresh:
+            if checkpoint is not None:
+                await self.save_checkpoint(checkpoint)
+            return AppendResult(recorded=[], duplicates=duplicates, head=head)
+        data, recorded, tail = self._rows(fresh, versions, head, prev_hash)
+        async with self.engine.begin() as conn:
+            await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            await self._copy(conn, data)
+            await self._write_checkpoint(conn, checkpoint)
+        self._remember(recorded, versions, tail)
+        return AppendResult(recorded=recorded, duplicates=duplicates, head=tail[0])
+
+    async def _append_checked(
+        self, events: Sequence[Event], expected_versions: Mapping[str, int] | None, checkpoint: Checkpoint | None
+    ) -> AppendResult:
+        async with self.engine.begin() as conn:
+            await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            fresh = await self._unseen(conn, events)
+            duplicates = len(events) - len(fresh)
+            streams = {e.stream_id for e in fresh} | set(_expected_for(expected_versions))
+            versions = await self._stream_versions(conn, streams)
+            for stream_id, expected in _expected_for(expected_versions).items():
+                actual = versions.get(stream_id, 0)
+                if actual != expected and any(e.stream_id == stream_id for e in fresh):
+                    raise ConcurrencyError(stream_id, expected, actual)
+            head, prev_hash = await self._head(conn)
+            known = {stream_id: versions.get(stream_id, 0) for stream_id in streams}
+            await self._write_checkpoint(conn, checkpoint)
+            if not fresh:
+                self._remember([], known, (head, prev_hash))
+                return AppendResult(recorded=[], duplicates=duplicates, head=head)
+            data, recorded, tail = self._rows(fresh, versions, head, prev_hash)
+            await self._copy(conn, data)
+        self._remember(recorded, {**known, **versions}, tail)
+        return AppendResult(recorded=recorded, duplicates=duplicates, head=tail[0])
+
+    @staticmethod
+    async def _unseen(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
+        unique = _first_of_each(events)
+        if not unique:
+            return []
+        stored = await conn.execute(
+            sa.text("SELECT event_id::text FROM events WHERE event_id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": [e.event_id for e in unique]},
+        )
+        seen = {row[0] for row in stored}
+        return [e for e in unique if e.event_id not in seen]
+
+    @staticmethod
+    async def _stream_versions(conn: AsyncConnection, streams: set[str]) -> dict[str, int]:
+        if not streams:
+            return {}
+        result = await conn.execute(
+            sa.text(
+                "SELECT s.stream_id, (SELECT max(stream_version) FROM events e WHERE e.stream_id = s.stream_id) "
+                "FROM unnest(CAST(:streams AS text[])) AS s(stream_id)"
+            ),
+            {"streams": sorted(streams)},
+        )
+        return {stream_id: version for stream_id, version in result if version is not None}
+
+    @staticmethod
+    async def _head(conn: AsyncConnection) -> tuple[int, bytes]:
+        row = (await conn.execute(sa.text("SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"))).first()
+        return (int(row[0]), bytes(row[1])) if row is not None else (0, GENESIS)
+
+    @staticmethod
+    def _rows(
+        fresh: list[Event], versions: dict[str, int], head: int, prev_hash: bytes
+    ) -> tuple[bytes, list[RecordedEvent], tuple[int, bytes]]:
+        """The batch as COPY text-format rows, the records the append returns, and the new tail."""
+        lines: list[str] = []
+        recorded: list[RecordedEvent] = []
+        for offset, event in enumerate(fresh, start=1):
+            stream_id = event.stream_id
+            version = versions.get(stream_id, 0) + 1
+            versions[stream_id] = version
+            position = head + offset
+            body = encode(event)
+            digest = row_hash(prev_hash, position, stream_id, version, body)
+            type_name = event.type
+            lines.append(
+                f"{position}\t{event.event_id}\t{_copy_text(stream_id)}\t{version}\t{type_name}\t"
+                f"{schema_version(type_name)}\t{event.occurred_at.isoformat()}\t{_copy_text(body.decode())}\t"
+                f"\\\\x{prev_hash.hex()}\t\\\\x{digest.hex()}\n"
+            )
+            recorded.append(
+                RecordedEvent(
+                    position=position,
+                    stream_id=stream_id,
+                    stream_version=version,
+                    recorded_at=None,
+                    event=event,  # type: ignore[arg-type]
+                )
+            )
+            prev_hash = digest
+        return "".join(lines).encode(), recorded, (head + len(fresh), prev_hash)
+
+    @staticmethod
+    async def _copy(conn: AsyncConnection, data: bytes) -> None:
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+        assert driver is not None
+        async with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+            await copy.write(data)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def head(self) -> int:
+        async with self.engine.connect() as conn:
+            return (await self._head(conn))[0]
+
+    async def stream_version(self, stream_id: str) -> int:
+        async with self.engine.connect() as conn:
+            return (await self._stream_versions(conn, {stream_id})).get(stream_id, 0)
+
+    async def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        query = (
+            f"SELECT {_READ_COLUMNS} FROM events WHERE stream_id = :stream AND stream_version >= :v "
+            "ORDER BY stream_version"
+        )
+        async with self.engine.connect() as conn:
+            result = await conn.execute(sa.text(query), {"stream": stream_id, "v": from_version})
+            return [_recorded(row) for row in result]
+
+    async def read_positions(
+        self, start: int = 1, end: int | None = None, page: int = 5_000
+    ) -> AsyncIterator[RecordedEvent]:
+        """Events with ``start <= position <= end`` in order, fetched a page at a time."""
+        cursor = start
+        while end is None or cursor <= end:
+            upper = cursor + page - 1 if end is None else min(cursor + page - 1, end)
+            async with self.engine.connect() as conn:
+                result = await conn.execute(
+                    sa.text(f"SELECT {_READ_COLUMNS} FROM events WHERE position BETWEEN :lo AND :hi ORDER BY position"),
+                    {"lo": cursor, "hi": upper},
+                )
+                rows = result.all()
+            if not rows:
+                return
+            for row in rows:
+                yield _recorded(row)
+            cursor = upper + 1
+
+    async def query(
+        self,
+        *,
+        stream_id: str | None = None,
+        stream_prefix: str | None = None,
+        types: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_position: int = 0,
+        limit: int = 1_000,
+    ) -> list[RecordedEvent]:
+        """Events matching every given filter, by position; time filters use ``occurred_at``."""
+        clauses = ["position > :after"]
+        params: dict[str, Any] = {"after": after_position, "limit": limit}
+        if stream_id is not None:
+            clauses.append("stream_id = :stream")
+            params["stream"] = stream_id
+        if stream_prefix is not None:
+            clauses.append("stream_id LIKE :prefix")
+            params["prefix"] = stream_prefix.replace("%", r"\%").replace("_", r"\_") + "%"
+        if types:
+            clauses.append("type = ANY(CAST(:types AS text[]))")
+            params["types"] = list(types)
+        if since is not None:
+            clauses.append("occurred_at >= :since")
+            params["since"] = since
+        if until is not None:
+            clauses.append("occurred_at <= :until")
+            params["until"] = until
+        sql = f"SELECT {_READ_COLUMNS} FROM events WHERE {' AND '.join(clauses)} ORDER BY position LIMIT :limit"
+        async with self.engine.connect() as conn:
+            return [_recorded(row) for row in await conn.execute(sa.text(sql), params)]
+
+    async def position_at(self, moment: datetime) -> int:
+        """The last position whose event occurred at or before ``moment`` (0 if none)."""
+        async with self.engine.connect() as conn:
+            value = await conn.scalar(
+                sa.text("SELECT coalesce(max(position), 0) FROM events WHERE occurred_at <= :t"), {"t": moment}
+            )
+            return int(value or 0)
+
+    # -- auditing ------------------------------------------------------------------------
+
+    async def verify(self, page: int = 10_000) -> ChainReport:
+        """Recompute the chain from the first row; name the first row that does not match."""
+        prev_hash, expected_position, checked = GENESIS, 1, 0
+        while True:
+            async with self.engine.connect() as conn:
+                result = await conn.execute(
+                    sa.text(
+                        "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
+                        "FROM events WHERE position >= :lo ORDER BY position LIMIT :n"
+                    ),
+                    {"lo": expected_position, "n": page},
+                )
+                rows = result.all()
+            if not rows:
+                return ChainReport(ok=True, checked=checked)
+            for position, event_id, stream_id, version, body, stored_prev, stored_hash in rows:
+                if position != expected_position:
+                    return ChainReport(
+                        ok=False,
+                        checked=checked,
+                        first_bad_position=expected_position,
+                        event_id=event_id,
+                        reason=f"row {expected_position} is missing (next row is {position}): a row was deleted",
+                    )
+                if bytes(stored_prev) != prev_hash:
+                    return ChainReport(
+                        ok=False,
+                        checked=checked,
+                        first_bad_position=position,
+                        event_id=event_id,
+                        reason="its prev_hash does not match the previous row's hash",
+                    )
+                digest = row_hash(prev_hash, position, stream_id, version, body.encode())
+                if digest != bytes(stored_hash):
+                    return ChainReport(
+                        ok=False,
+                        checked=checked,
+                        first_bad_position=position,
+                        event_id=event_id,
+                        reason="its content does not match its hash: the row was modified",
+                    )
+                prev_hash, expected_position, checked = digest, position + 1, checked + 1
+
+    # -- consumer checkpoints ------------------------------------------------------------
+
+    @staticmethod
+    async def _write_checkpoint(conn: AsyncConnection, checkpoint: Checkpoint | None) -> None:
+        if checkpoint is not None:
+            await conn.execute(_CHECKPOINT_SQL, {"c": checkpoint.consumer, "s": checkpoint.sequence})
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Store ``checkpoint`` on its own (e.g. after skipping a message that is not an event)."""
+        async with self.engine.begin() as conn:
+            await self._write_checkpoint(conn, checkpoint)
+
+    async def checkpoint(self, consumer: str) -> int:
+        async with self.engine.connect() as conn:
+            value = await conn.scalar(
+                sa.text("SELECT sequence FROM consumer_checkpoints WHERE consumer = :c"), {"c": consumer}
+            )
+            return int(value or 0)
+
+
+def _recorded(row: Sequence[Any]) -> RecordedEvent:
+    position, stream_id, stream_version, recorded_at, body = row
+    return RecordedEvent(
+        position=position,
+        stream_id=stream_id,
+        stream_version=stream_version,
+        recorded_at=recorded_at,
+        event=decode(body),
+    )

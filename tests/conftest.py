@@ -1,0 +1,157 @@
+"""Real servers for every test that needs one.
+
+NATS and PostgreSQL come from NRT_TEST_NATS_URL / NRT_TEST_DATABASE_URL when set, else
+from testcontainers when a Docker engine answers, else embedded servers on free ports
+(nrt.infra). Each test gets its own database, cloned from a migrated template, and a
+NATS connection whose event stream starts empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from nrt.bus import subjects
+from nrt.bus.connection import connect
+from nrt.bus.jetstream import ensure_events_stream
+from nrt.infra import nats_server, postgres_server
+from nrt.infra.pgurl import to_libpq, with_database
+from nrt.store import EventStore, upgrade
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with nats_server(tmp_path_factory.mktemp("nats")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with postgres_server(tmp_path_factory.mktemp("postgres"), durable=False) as url:
+        yield url
+
+
+def _admin(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(to_libpq(url), autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_database(postgres_url: str) -> Iterator[str]:
+    """A database with every migration applied, cloned for each test."""
+    name = f"nrt_template_{uuid.uuid4().hex[:8]}"
+    with _admin(postgres_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    upgrade(with_database(postgres_url, name))
+    yield name
+    with _admin(postgres_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(postgres_url: str, template_database: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own."""
+    name = f"nrt_test_{uuid.uuid4().hex[:12]}"
+    with _admin(postgres_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    yield with_database(postgres_url, name)
+    with _admin(postgres_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def event_store(database_url: str) -> AsyncIterator[EventStore]:
+    store = EventStore.connect(database_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A NATS connection; the events stream is deleted first so each test starts empty."""
+    client = await connect(nats_url, name="nrt-test")
+    js = client.jetstream()
+    with contextlib.suppress(NotFoundError):
+        await js.delete_stream(subjects.EVENTS_STREAM)
+    await ensure_events_stream(js)
+    yield client
+    await client.drain()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def _span_exporter_session() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+@pytest.fixture
+def spans(_span_exporter_session: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    """Finished spans of this test (the SDK's in-memory exporter on the global provider)."""
+    _span_exporter_session.clear()
+    yield _span_exporter_session
+    _span_exporter_session.clear()
+
+
+TINY_MODELS_VERSION = "v3"  # bump when the builders in nrt.testing.tiny_models change
+
+
+@pytest.fixture(scope="session")
+def tiny_models_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where tiny real ONNX models are built once (pytest's cache dir, kept between runs)."""
+    cache = getattr(request.config, "cache", None)
+    return (
+        cache.mkdir(f"nrt-tiny-models-{TINY_MODELS_VERSION}")
+        if cache is not None
+        else tmp_path_factory.mktemp("models")
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(tiny_models_root: Path) -> Path:
+    """A models/ folder with tiny real artifacts: the catalogue's own ``tiny-llama``, prepared by
+    ``nrt.catalogue.prepare`` as a user's would be, and ``tiny-bert`` (an encoder; no catalogue entry)."""
+    from nrt.catalogue import prepare
+    from nrt.testing.tiny_models import build_tiny_bert, cached_build
+
+    home = tiny_models_root / "catalogue-home"
+    previous = os.environ.get("NRT_HOME")
+    os.environ["NRT_HOME"] = str(home)
+    try:
+        prepare("tiny-llama")  # cached: a second call verifies and returns
+    finally:
+        if previous is None:
+            os.environ.pop("NRT_HOME", None)
+        else:
+            os.environ["NRT_HOME"] = previous
+    cached_build(home / "models", "tiny-bert", build_tiny_bert)
+    return home / "models"
+
+
+@pytest.fixture
+def nrt_home(tiny_artifacts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """NRT_HOME for this test: its models/ holds the tiny artifacts as catalogue entries."""
+    home = tmp_path / "nrt-home"
+    (home / "models").mkdir(parents=True)
+    for name in ("tiny-llama", "tiny-bert"):
+        (home / "models" / name).symlink_to(tiny_artifacts / name)
+    monkeypatch.setenv("NRT_HOME", str(home))
+    return home

@@ -1,0 +1,83 @@
+"""nats_server() / postgres_server(): env URL first, then Docker, then embedded."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import nats
+import psycopg
+import pytest
+
+from nrt.infra import (
+    ContainerNats,
+    ContainerPostgres,
+    docker_available,
+    nats_server,
+    postgres_server,
+    probe_jetstream,
+    to_libpq,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+DOCKER = docker_available()
+
+
+def test_docker_probe_answers_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an engine that is configured but unreachable must not stall the test run
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    began = time.monotonic()
+    assert docker_available(timeout=0.5) is False
+    assert time.monotonic() - began < 2
+
+
+def test_env_var_wins_and_nothing_is_started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NRT_NATS_URL", "nats://nats.example:4222")
+    monkeypatch.setenv("NRT_DATABASE_URL", "postgresql://nrt:secret@db.example:5432/nrt")
+    with nats_server(tmp_path / "nats", env_var="NRT_NATS_URL") as url:
+        assert url == "nats://nats.example:4222"
+    with postgres_server(tmp_path / "pg", env_var="NRT_DATABASE_URL") as url:
+        assert url == "postgresql+psycopg://nrt:secret@db.example:5432/nrt"
+    assert not (tmp_path / "nats").exists()
+    assert not (tmp_path / "pg").exists()
+
+
+async def test_embedded_fallback_without_env_or_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NRT_TEST_NATS_URL", raising=False)
+    monkeypatch.delenv("NRT_TEST_DATABASE_URL", raising=False)
+    with nats_server(tmp_path / "nats", use_docker=False) as nats_url:
+        assert nats_url.startswith("nats://127.0.0.1:")
+        client = await nats.connect(nats_url)
+        await client.jetstream().add_stream(name="CHOICE", subjects=["choice.>"])
+        await client.close()
+    assert (tmp_path / "nats" / "jetstream").is_dir()
+
+    with postgres_server(tmp_path / "pg", database="nrt_events", use_docker=False, durable=False) as db_url:
+        assert db_url.startswith("postgresql+psycopg://postgres@127.0.0.1:")
+        assert db_url.endswith("/nrt_events")
+        with psycopg.connect(to_libpq(db_url)) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("nrt_events",)
+    assert (tmp_path / "pg" / "pgdata" / "PG_VERSION").is_file()
+
+
+@pytest.mark.skipif(not DOCKER, reason="no Docker engine answers")
+async def test_container_nats_has_jetstream() -> None:
+    with ContainerNats() as server:
+        host, port = server.url.removeprefix("nats://").rsplit(":", 1)
+        assert probe_jetstream(host, int(port)) is None
+        client = await nats.connect(server.url)
+        js = client.jetstream()
+        await js.add_stream(name="C", subjects=["c.>"])
+        assert (await js.publish("c.1", b"x")).seq == 1
+        await client.close()
+
+
+@pytest.mark.skipif(not DOCKER, reason="no Docker engine answers")
+def test_container_postgres_answers() -> None:
+    with ContainerPostgres() as server:
+        assert server.url.startswith("postgresql+psycopg://")
+        url = server.ensure_database("nrt_test")
+        with psycopg.connect(to_libpq(url)) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("nrt_test",)

@@ -1,0 +1,144 @@
+"""Events: canonical encoding round-trips; the fold is pure and deterministic."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from nrt.events import (
+    EVENT_TYPES,
+    EventDecodeError,
+    ManifestApplied,
+    RequestAdmitted,
+    RequestCompleted,
+    SessionKvEvicted,
+    SessionOpened,
+    SessionTouched,
+    TierChanged,
+    WorkerJoined,
+    WorkerLost,
+    decode,
+    encode,
+)
+from nrt.state import ClusterState, evolve, fold
+from nrt.testing.traffic import traffic
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def test_every_event_type_round_trips_through_canonical_json() -> None:
+    events = list(traffic(400))
+    seen = {type(e) for e in events}
+    assert len(seen) >= 10
+    for event in events:
+        data = encode(event)
+        assert decode(data) == event
+        assert encode(decode(data)) == data  # canonical: a stable fixed point
+    assert {cls.__name__ for cls in EVENT_TYPES} >= {t.__name__ for t in seen}
+
+
+def test_canonical_encoding_sorts_keys_and_uses_utc() -> None:
+    event = WorkerLost(event_id="e1", occurred_at=T0, worker_id="w1", reason="shutdown")
+    assert encode(event) == (
+        b'{"event_id":"e1","occurred_at":"2026-05-01T12:00:00Z","reason":"shutdown","type":"WorkerLost","worker_id":"w1"}'
+    )
+
+
+def test_decode_rejects_unknown_types_and_bad_fields() -> None:
+    with pytest.raises(EventDecodeError, match="not a valid event"):
+        decode(b'{"type":"Teleported","event_id":"x"}')
+    with pytest.raises(EventDecodeError, match="not a valid event"):
+        decode(b'{"type":"WorkerLost","event_id":"x","occurred_at":"2026-05-01T12:00:00Z","worker_id":3,"reason":"r"}')
+    with pytest.raises(EventDecodeError, match="not valid JSON"):
+        decode(b"{nope")
+
+
+def test_fold_twice_gives_equal_states() -> None:
+    events = list(traffic(2_000))
+    first = fold(events)
+    second = fold(decode(encode(e)) for e in events)
+    assert first == second
+    assert msgspec.json.encode(first) == msgspec.json.encode(second)
+    assert first.events_applied == 2_000
+
+
+def test_evolve_never_mutates_its_input() -> None:
+    events = list(traffic(300))
+    states = [ClusterState()]
+    for event in events:
+        states.append(evolve(states[-1], event))
+    snapshots = [msgspec.json.encode(s) for s in states]
+    replayed = [ClusterState()]
+    for event in events:
+        replayed.append(evolve(replayed[-1], event))
+    assert [msgspec.json.encode(s) for s in states] == snapshots == [msgspec.json.encode(s) for s in replayed]
+
+
+def test_tiers_sessions_and_requests_fold_as_expected() -> None:
+    events = [
+        ManifestApplied(occurred_at=T0, version=1, cluster="c", digest="d", text="t"),
+        WorkerJoined(occurred_at=T0, worker_id="w1", host="h", cpu_count=2, ram_bytes=8),
+        TierChanged(
+            occurred_at=T0,
+            model_id="legal",
+            worker_id="w1",
+            from_tier="unloaded",
+            to_tier="standby",
+            reason="placement",
+            elapsed_ms=3.0,
+            bytes_held=100,
+        ),
+        TierChanged(
+            occurred_at=T0,
+            model_id="legal",
+            worker_id="w1",
+            from_tier="standby",
+            to_tier="resident",
+            reason="on_demand",
+            elapsed_ms=9.0,
+            bytes_held=300,
+            cold_start=True,
+        ),
+        RequestAdmitted(occurred_at=T0, request_id="r1", manifest_version=1, model_id="router", session_id="s1"),
+        SessionOpened(occurred_at=T0, session_id="s1", model_id="legal", worker_id="w1"),
+        SessionTouched(
+            occurred_at=T0, session_id="s1", model_id="legal", worker_id="w1", cached_tokens=40, kv_bytes=4096
+        ),
+    ]
+    mid = fold(events)
+    assert mid.manifest_version == 1
+    assert mid.models["legal"].tiers == {"w1": "resident"}
+    assert mid.models["legal"].placements["w1"].bytes_held == 300
+    assert mid.models["legal"].cold_starts == 1
+    assert mid.counters.cold_starts == 1
+    assert mid.in_flight == {"r1": 1}
+    assert mid.in_flight_under(1) == 1
+    assert mid.sessions["s1"].kv_bytes == 4096
+    assert mid.sessions["s1"].turns == 1
+    end = fold(
+        [
+            SessionKvEvicted(
+                occurred_at=T0, session_id="s1", model_id="legal", worker_id="w1", bytes_freed=4096, reason="idle"
+            ),
+            RequestCompleted(
+                occurred_at=T0,
+                request_id="r1",
+                manifest_version=1,
+                model_id="legal",
+                prompt_tokens=5,
+                completion_tokens=7,
+                latency_ms=20.0,
+            ),
+            WorkerLost(occurred_at=T0, worker_id="w1", reason="heartbeat_timeout"),
+        ],
+        mid,
+    )
+    assert end.in_flight == {}
+    assert end.counters.completion_tokens == 7
+    assert end.counters.kv_evictions == 1
+    assert end.models["legal"].placements == {}
+    assert end.workers["w1"].alive is False
+    assert end.sessions == {}
+    assert mid.sessions["s1"].kv_bytes == 4096  # the earlier state is untouched
