@@ -1,0 +1,9 @@
+"""``python -m specialist_worker``: run the specialist_worker service."""
+
+from __future__ import annotations
+
+from nrt.service import main
+from specialist_worker.app import run
+
+if __name__ == "__main__":
+    main("specialist_worker", run)

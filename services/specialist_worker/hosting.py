@@ -1,0 +1,186 @@
+"""The models this worker hosts: their tiers, and the runtimes built on the shared weights.
+
+Tier changes go through :class:`nrt.inference.ArtifactRegistry`, which shares one copy of
+an artifact's bytes (standby) and one ONNX Runtime session (resident) between every model
+id that uses it. A runtime — a :class:`BatchingGenerator` for a causal LM or an
+:class:`Encoder` — is built per artifact once its session exists, and dropped with it.
+All methods are blocking (file reads, session builds): call them from a thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nrt.bus.errors import BadRequest, Unavailable
+from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
+from nrt.inference.artifact import read_record
+from specialist_worker.resources import resident_set_bytes
+from specialist_worker.sources import LocalArtifact, RemoteEndpoint
+
+Runtime = BatchingGenerator | Encoder
+
+
+@dataclass(slots=True)
+class Hosted:
+    model_id: str
+    source: str
+    target: LocalArtifact | RemoteEndpoint
+    active_requests: int = 0
+    sessions: set[str] = field(default_factory=set)
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.target, RemoteEndpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A measured tier change of one model on this worker."""
+
+    model_id: str
+    from_tier: str
+    to_tier: str
+    elapsed_ms: float
+    bytes_held: int
+
+    @property
+    def changed(self) -> bool:
+        return self.from_tier != self.to_tier
+
+
+class ModelHost:
+    def __init__(self, registry: ArtifactRegistry, max_batch_size: int = 16) -> None:
+        self.registry = registry
+        self.max_batch_size = max_batch_size
+        self.hosted: dict[str, Hosted] = {}
+        self._runtimes: dict[Path, Runtime] = {}
+        self._session_bytes: dict[Path, int] = {}  # measured memory of each live session
+        self._lock = threading.RLock()
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def get(self, model_id: str) -> Hosted:
+        hosted = self.hosted.get(model_id)
+        if hosted is None:
+            raise Unavailable(f"model '{model_id}' is not hosted on this worker", code="model_not_hosted")
+        return hosted
+
+    def tier(self, model_id: str) -> str:
+        hosted = self.hosted.get(model_id)
+        if hosted is None:
+            return "unloaded"
+        return "remote" if hosted.remote else self.registry.tier(model_id)
+
+    def bytes_held(self, model_id: str) -> int:
+        hosted = self.hosted.get(model_id)
+        if hosted is None or hosted.remote:
+            return 0
+        path = Path(hosted.target.path).resolve()  # type: ignore[union-attr]
+        held = self.registry.weights(model_id).nbytes
+        if self.registry.tier(model_id) == "resident":
+            held += self._session_bytes.get(path, 0)
+        return held
+
+    def runtime(self, model_id: str) -> Runtime:
+        with self._lock:
+            hosted = self.get(model_id)
+            if hosted.remote:
+                raise BadRequest(f"model '{model_id}' is remote; it has no local runtime")
+            if self.registry.tier(model_id) != "resident":
+                raise Unavailable(f"model '{model_id}' is not resident", code="model_not_resident")
+            return self._runtimes[self._path(hosted)]
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def load(self, model_id: str, source: str, target: LocalArtifact | RemoteEndpoint) -> Transition:
+        """unloaded -> standby (bytes in RAM), or -> remote for an endpoint."""
+        with self._lock:
+            current = self.hosted.get(model_id)
+            if current is not None:
+                if current.source != source:
+                    raise BadRequest(
+                        f"model '{model_id}' already hosts {current.source}; unload it before loading {source}"
+                    )
+                tier = self.tier(model_id)
+                return Transition(model_id, tier, tier, 0.0, self.bytes_held(model_id))
+            hosted = Hosted(model_id=model_id, source=source, target=target)
+            if isinstance(target, RemoteEndpoint):
+                self.hosted[model_id] = hosted
+                return Transition(model_id, "unloaded", "remote", 0.0, 0)
+            change = self.registry.load(model_id, target.path)
+            self.hosted[model_id] = hosted
+            return self._transition(change)
+
+    def promote(self, model_id: str) -> Transition:
+        """standby -> resident: build (or share) the session and its runtime."""
+        with self._lock:
+            hosted = self.get(model_id)
+            if hosted.remote:
+                return Transition(model_id, "remote", "remote", 0.0, 0)
+            path = self._path(hosted)
+            before = resident_set_bytes()
+            change = self.registry.promote(model_id)
+            if path not in self._runtimes:
+                self._runtimes[path] = self._build_runtime(path, model_id)
+                self._session_bytes[path] = max(0, resident_set_bytes() - before)
+            return self._transition(change)
+
+    def demote(self, model_id: str) -> Transition:
+        """resident -> standby: the session goes when no other model id is resident on it."""
+        with self._lock:
+            hosted = self.get(model_id)
+            if hosted.remote:
+                return Transition(model_id, "remote", "remote", 0.0, 0)
+            change = self.registry.demote(model_id)
+            self._drop_runtime_if_sessionless(self._path(hosted))
+            return self._transition(change)
+
+    def unload(self, model_id: str) -> Transition:
+        with self._lock:
+            hosted = self.get(model_id)
+            if hosted.remote:
+                del self.hosted[model_id]
+                return Transition(model_id, "remote", "unloaded", 0.0, 0)
+            change = self.registry.unload(model_id)
+            del self.hosted[model_id]
+            self._drop_runtime_if_sessionless(self._path(hosted))
+            return self._transition(change)
+
+    def close(self) -> None:
+        with self._lock:
+            for runtime in self._runtimes.values():
+                if isinstance(runtime, BatchingGenerator):
+                    runtime.close()
+            self._runtimes.clear()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _path(hosted: Hosted) -> Path:
+        assert isinstance(hosted.target, LocalArtifact)
+        return Path(hosted.target.path).resolve()
+
+    def _build_runtime(self, path: Path, model_id: str) -> Runtime:
+        session = self.registry.session(model_id)
+        if read_record(path).kind == "encoder":
+            return Encoder(session, path)
+        return BatchingGenerator(CausalLM(session, path), max_batch_size=self.max_batch_size)
+
+    def _drop_runtime_if_sessionless(self, path: Path) -> None:
+        live = {usage.artifact_dir for usage in self.registry.usage() if usage.has_session}
+        if path not in live and path in self._runtimes:
+            runtime = self._runtimes.pop(path)
+            self._session_bytes.pop(path, None)
+            if isinstance(runtime, BatchingGenerator):
+                runtime.close()
+
+    def _transition(self, change: TierChange) -> Transition:
+        return Transition(
+            model_id=change.model_id,
+            from_tier=change.from_tier,
+            to_tier=change.to_tier,
+            elapsed_ms=change.elapsed_ms,
+            bytes_held=self.bytes_held(change.model_id) if change.model_id in self.hosted else 0,
+        )

@@ -1,0 +1,37 @@
+"""A model's prompt template and generation defaults, from the manifest in force."""
+
+from __future__ import annotations
+
+from nrt.inference import GenerationRequest, PromptTemplate, builtin_template
+from nrt.inference.templates import BUILTIN_TEMPLATES
+from nrt.manifest import Generation, ModelSpec
+from nrt.protocol import GenerateRequest
+
+DEFAULT_TEMPLATE = "plain-chat"
+
+
+def template_for(spec: ModelSpec | None) -> PromptTemplate:
+    """A built-in template by name, else the manifest's text as the template's layout."""
+    if spec is None or spec.template is None:
+        return builtin_template(DEFAULT_TEMPLATE)
+    if spec.template in BUILTIN_TEMPLATES:
+        return builtin_template(spec.template)
+    return PromptTemplate(name=f"{spec.id}-template", layout=spec.template, generation_prompt="")
+
+
+def generation_request(request: GenerateRequest, spec: ModelSpec | None, session_key: str | None) -> GenerationRequest:
+    """The engine request: the prompt rendered, client params over the manifest's defaults."""
+    template = template_for(spec)
+    defaults = spec.generation if spec is not None else Generation()
+    prompt = request.prompt if request.prompt is not None else template.render(request.messages)
+    params = request.params
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
+        temperature=params.temperature if params.temperature is not None else defaults.temperature,
+        top_p=params.top_p if params.top_p is not None else defaults.top_p,
+        seed=params.seed,
+        stop=tuple(dict.fromkeys((*params.stop, *defaults.stop, *template.stop))),
+        session_id=session_key,
+        request_id=request.request_id,
+    )

