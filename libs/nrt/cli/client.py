@@ -1,0 +1,125 @@
+"""Client commands against a running stack: ``nrt chat`` and ``nrt status``.
+
+The gateway is found from ``--url``, else ``NRT_GATEWAY_URL``, else the endpoints file
+that ``nrt up`` writes in its data directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+import httpx
+
+from nrt.stack import endpoints
+from nrt.units import format_size
+
+
+def gateway_url(url: str | None) -> str:
+    if url:
+        return url.rstrip("/")
+    found = endpoints.discover()
+    if found is None:
+        raise click.ClickException(
+            "no running stack found: start one with `nrt up`, or pass --url / set NRT_GATEWAY_URL"
+        )
+    return found.gateway_url
+
+
+def _error(response: httpx.Response) -> click.ClickException:
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:300]
+    return click.ClickException(f"{response.status_code}: {message}")
+
+
+@click.command()
+@click.argument("message")
+@click.option("--model", default="router", show_default=True, help="the entry model (routed) or a model id (direct)")
+@click.option("--session", default=None, help="conversation id: the worker keeps its KV cache between turns")
+@click.option("--max-tokens", type=int, default=None)
+@click.option("--url", envvar="NRT_GATEWAY_URL", default=None, help="gateway URL (default: the local `nrt up` stack)")
+def chat(message: str, model: str, session: str | None, max_tokens: int | None, url: str | None) -> None:
+    """Send MESSAGE, stream the answer, and show the hop the router chose."""
+    base = gateway_url(url)
+    body: dict[str, Any] = {"model": model, "stream": True, "messages": [{"role": "user", "content": message}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    headers = {"X-NRT-Session": session} if session else {}
+    hop: str | None = None
+    nrt_block: dict[str, Any] | None = None
+    with (
+        httpx.Client(timeout=httpx.Timeout(10, read=300)) as client,
+        client.stream("POST", f"{base}/v1/chat/completions", json=body, headers=headers) as response,
+    ):
+        if response.status_code >= 400:
+            response.read()
+            raise _error(response)
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise click.ClickException(chunk["error"].get("message", "the stream failed"))
+            nrt_block = chunk.get("nrt") or nrt_block
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta") or {}
+                for call in delta.get("tool_calls") or []:
+                    args = json.loads(call.get("function", {}).get("arguments") or "{}")
+                    hop = f"[router -> {args.get('target')} (intent {args.get('intent')})]"
+                    click.secho(hop, fg="cyan", err=True)
+                if delta.get("content"):
+                    click.echo(delta["content"], nl=False)
+                    sys.stdout.flush()
+    click.echo()
+    if nrt_block:
+        hops = " -> ".join(f"{h.get('model')} {h.get('latency_ms', 0):.0f}ms" for h in nrt_block.get("hops", []))
+        click.secho(f"[{hops}]", fg="cyan", err=True)
+
+
+@click.command()
+@click.option("--url", envvar="NRT_GATEWAY_URL", default=None, help="gateway URL (default: the local `nrt up` stack)")
+@click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
+def status(url: str | None, as_json: bool) -> None:
+    """Tiers, memory, sessions and the manifest version of a running stack."""
+    base = gateway_url(url)
+    response = httpx.get(f"{base}/v1/cluster", timeout=10)
+    if response.status_code >= 400:
+        raise _error(response)
+    state = response.json()
+    if as_json:
+        click.echo(json.dumps(state, indent=2))
+        return
+    click.echo(
+        f"cluster {state.get('cluster')}  manifest v{state.get('manifest_version')}"
+        f"{'  DRAINING' if state.get('draining') else ''}"
+    )
+    workers = state.get("workers", {})
+    for worker in workers.values():
+        alive = "up" if worker.get("alive", True) else "lost"
+        click.echo(
+            f"worker {worker['worker_id']:<24} {alive:<5} {worker.get('cpu_count')} cpus, "
+            f"{format_size(int(worker.get('ram_bytes', 0)))} ram"
+        )
+    click.echo(f"\n{'model':<16}{'tier':<10}{'held':>10}  {'worker':<24}{'requests':>9}")
+    for model in state.get("models", {}).values():
+        placements = model.get("placements", {}) or {"-": {"tier": "unplaced", "bytes_held": 0}}
+        for worker_id, placement in placements.items():
+            held = format_size(int(placement.get("bytes_held", 0)))
+            click.echo(
+                f"{model['model_id']:<16}{placement['tier']:<10}{held:>10}  {worker_id:<24}{model.get('requests', 0):>9}"
+            )
+    sessions = state.get("sessions", {})
+    kv = sum(int(s.get("kv_bytes", 0)) for s in sessions.values())
+    counters = state.get("counters", {})
+    click.echo(f"\nsessions {len(sessions)} (KV {format_size(kv)})  in flight {len(state.get('in_flight', {}))}")
+    click.echo(
+        "requests "
+        + ", ".join(f"{k.removeprefix('requests_')} {v}" for k, v in counters.items() if k.startswith("requests_"))
+    )

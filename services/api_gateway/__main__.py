@@ -1,0 +1,39 @@
+"""``python -m api_gateway``: serve the HTTP API with uvicorn; SIGTERM/SIGINT stop it cleanly (exit 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+
+from api_gateway.app import create_app
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # signals are ours: a clean stop is a normal exit, not a re-raised signal
+
+
+async def serve() -> None:
+    config = uvicorn.Config(
+        create_app(),
+        host=os.environ.get("NRT_GATEWAY_HOST", "127.0.0.1"),
+        port=int(os.environ.get("NRT_GATEWAY_PORT", "8080")),
+        log_level=os.environ.get("NRT_LOG_LEVEL", "info").lower(),
+    )
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    await server.serve()
+    logging.getLogger("nrt.service").info("api_gateway stopped")
+
+
+if __name__ == "__main__":
+    asyncio.run(serve())

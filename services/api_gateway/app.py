@@ -1,0 +1,52 @@
+"""api_gateway: the HTTP face of the cluster (Litestar), OpenAI-compatible.
+
+- ``POST /v1/chat/completions``: routed (``model`` = the entry model) or direct; JSON or SSE.
+- ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
+- ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
+- The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people).
+
+Errors are in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+
+from api_gateway.cluster import cluster_state, get_manifest, list_models, put_manifest
+from api_gateway.completions import chat_completions
+from api_gateway.errors import exception_handlers
+from api_gateway.health import healthz, readyz
+from api_gateway.runtime import Runtime
+from api_gateway.settings import GatewaySettings
+
+
+def create_app(settings: GatewaySettings | None = None) -> Litestar:
+    settings = settings or GatewaySettings.from_env()
+    runtime = Runtime(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    def provide_runtime() -> Runtime:
+        return runtime
+
+    app = Litestar(
+        route_handlers=[healthz, readyz, chat_completions, list_models, cluster_state, get_manifest, put_manifest],
+        dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
+        exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]
+        request_max_body_size=settings.max_body_bytes,
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(title="NRT API", version="0.1.0", path="/schema"),
+    )
+    app.state.runtime = runtime
+    return app

@@ -1,0 +1,131 @@
+"""The cluster as the event log says it is: models, folded state, the manifest (and swapping it)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from litestar import get, put
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency
+from litestar.handlers import BaseRouteHandler
+from litestar.params import RawBody
+
+from api_gateway.errors import ApiError
+from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo
+from api_gateway.runtime import Runtime
+from nrt.bus import rpc, subjects
+from nrt.bus.errors import RemoteError
+from nrt.manifest import Manifest, ManifestError, parse_manifest
+from nrt.manifest_sources import footprint_of
+from nrt.protocol import ApplyManifest, ApplyResult
+from nrt.state import ClusterState
+
+
+@get("/v1/models", summary="Every model of the manifest in force, with its declared tier and where it is loaded")
+async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
+    bus = runtime.require()
+    manifest = bus.gate.manifest()
+    created = int(bus.gate.applied_at.timestamp()) if bus.gate.applied_at is not None else 0
+    return ModelList(
+        data=model_infos(manifest, bus.follower.state, created), manifest_version=bus.follower.state.manifest_version
+    )
+
+
+def model_infos(manifest: Manifest, state: ClusterState, created: int) -> list[ModelInfo]:
+    out = []
+    for spec in manifest.models:
+        model = state.models.get(spec.id)
+        placements = (
+            [
+                PlacementInfo(worker_id=p.worker_id, tier=p.tier, bytes_held=p.bytes_held)
+                for p in model.placements.values()
+            ]
+            if model is not None
+            else []
+        )
+        out.append(
+            ModelInfo(
+                id=spec.id,
+                created=created,
+                owned_by=manifest.cluster,
+                role=spec.role.value,
+                routed=spec.id == manifest.routing.entry,
+                tier=spec.tier.value,
+                priority=spec.priority.value,
+                source=spec.source,
+                description=spec.description,
+                placements=placements,
+            )
+        )
+    return out
+
+
+@get("/v1/cluster", summary="The folded cluster state (the gateway's fold of the event stream)")
+async def cluster_state(runtime: NamedDependency[Runtime]) -> ClusterState:
+    return runtime.require().follower.state
+
+
+@get("/v1/manifest", summary="The manifest in force: version and text")
+async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
+    state = runtime.require().follower.state
+    if state.manifest_text is None:
+        raise ApiError(503, "no manifest has been applied to the cluster yet", code="no_manifest")
+    return ManifestInfo(
+        version=state.manifest_version, cluster=state.cluster, digest=state.manifest_digest, text=state.manifest_text
+    )
+
+
+def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: ``Authorization: Bearer <NRT_ADMIN_KEY>``, checked before the body is read."""
+    runtime: Runtime = connection.app.state.runtime
+    _authorize(connection.headers.get("authorization"), runtime.settings.admin_key)
+
+
+@put(
+    "/v1/manifest",
+    guards=[admin_only],
+    summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
+    description="The body is the manifest text (YAML). Needs `Authorization: Bearer $NRT_ADMIN_KEY`.",
+)
+async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
+    try:
+        data = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the manifest must be UTF-8 text", code="invalid_encoding") from None
+    bus = runtime.require()
+    try:
+        manifest = parse_manifest(data, "PUT /v1/manifest", footprint_of)
+    except ManifestError as exc:
+        problems = [p.render(exc.file) for p in exc.problems]
+        raise ApiError(
+            422,
+            f"the manifest has {len(problems)} problem(s): " + "; ".join(problems),
+            code="invalid_manifest",
+            param=exc.problems[0].path or None if exc.problems else None,
+            problems=problems,
+        ) from None
+    timeout = manifest.drain.timeout + runtime.settings.apply_timeout
+    try:
+        return await rpc.request(
+            bus.nc, subjects.MANIFEST_APPLY, ApplyManifest(text=data, requested_by="api"), ApplyResult, timeout
+        )
+    except RemoteError as exc:
+        raise ApiError.from_remote(exc) from None
+
+
+def _authorize(header: str | None, admin_key: str | None) -> None:
+    if admin_key is None:
+        raise ApiError(
+            403, "manifest updates are disabled: start the gateway with NRT_ADMIN_KEY set", code="admin_disabled"
+        )
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(
+            401,
+            "send the admin key as 'Authorization: Bearer <NRT_ADMIN_KEY>'",
+            code="unauthorized",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if not hmac.compare_digest(token.strip().encode(), admin_key.encode()):
+        raise ApiError(401, "the admin key is not valid", code="unauthorized", headers={"WWW-Authenticate": "Bearer"})

@@ -1,0 +1,232 @@
+"""``POST /v1/chat/completions``: admit, route over the bus, answer as JSON or SSE.
+
+Each request: shape checks (400) -> admission (waits out a manifest swap, else 503) ->
+model check against the admitted manifest (404) -> ``RequestAdmitted`` -> the
+RouteRequest to router_svc -> frames back on the request's inbox. The HTTP answer
+starts only when the first token (or an error) arrives, so an error the worker reports
+before answering, such as a prompt beyond the context window, is a proper 4xx even for
+a streaming request; after that, errors become an SSE error event. Every admitted
+request ends with exactly one ``RequestCompleted`` or ``RequestFailed``, under the
+manifest version it was admitted with.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Request, Response, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+from litestar.response import Stream
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from api_gateway.errors import ApiError
+from api_gateway.exchange import RouteExchange
+from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
+from api_gateway.runtime import Bus, Runtime
+from api_gateway.shaping import SSE_DONE, Transcript, sse, sse_error
+from api_gateway.validate import SESSION_HEADER, ChatCall, check_model, validate_chat
+from nrt.bus import tracing
+from nrt.bus.errors import RemoteError
+from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
+from nrt.protocol import Dispatch, RouteRequest
+
+tracer = trace.get_tracer("api_gateway")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+CLIENT_GONE = 499
+
+
+class Flight:
+    """One admitted request: its transcript, its exchange, and the one event that ends it."""
+
+    def __init__(
+        self, runtime: NamedDependency[Runtime], bus: Bus, call: ChatCall, transcript: Transcript, span: Span
+    ) -> None:
+        self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
+        self.exchange = RouteExchange(bus.nc, runtime.settings)
+        self.ended = False
+
+    async def start(self) -> None:
+        t = self.transcript
+        self.bus.emitter.emit(
+            RequestAdmitted(
+                request_id=t.request_id,
+                manifest_version=t.manifest_version,
+                model_id=self.call.model,
+                session_id=self.call.session_id,
+                stream=self.call.stream,
+            )
+        )
+        route = RouteRequest(
+            request_id=t.request_id,
+            manifest_version=t.manifest_version,
+            model=self.call.model,
+            messages=self.call.messages,
+            params=self.call.params,
+            session_id=self.call.session_id,
+        )
+        t.sent_at = time.perf_counter()
+        await self.exchange.open(route)
+        if not t.routed:
+            self.exchange.expect(self.call.model)
+
+    async def next_text(self) -> str | None:
+        """The text of the next chunk ('' for a chunk without text); None at the end."""
+        while True:
+            frame = await self.exchange.next()
+            now = time.perf_counter()
+            if frame is None:
+                return None
+            if isinstance(frame, Dispatch):
+                self.transcript.on_dispatch(frame, now)
+                self.span.set_attribute("nrt.intent", frame.intent or "")
+                self.span.set_attribute("nrt.target", frame.target)
+                continue
+            return self.transcript.on_chunk(frame, now)
+
+    def complete(self) -> None:
+        t = self.transcript
+        ended = time.perf_counter()
+        usage = t.usage()
+        self._end()
+        self.bus.emitter.emit(
+            RequestCompleted(
+                request_id=t.request_id,
+                manifest_version=t.manifest_version,
+                model_id=t.final_model,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                latency_ms=(ended - t.started) * 1000.0,
+                ttft_ms=(t.first_token_at - t.started) * 1000.0 if t.first_token_at is not None else None,
+                finish_reason=t.finish_reason(),
+            )
+        )
+
+    def fail(self, error: ApiError) -> None:
+        if self.ended:
+            return
+        t = self.transcript
+        self._end(error)
+        self.bus.emitter.emit(
+            RequestFailed(
+                request_id=t.request_id,
+                manifest_version=t.manifest_version,
+                code=error.code or "error",
+                message=error.message,
+                status=error.status,
+                model_id=t.final_model,
+            )
+        )
+
+    def _end(self, error: ApiError | None = None) -> None:
+        self.ended = True
+        if error is not None:
+            self.span.set_status(Status(StatusCode.ERROR, error.message))
+            self.span.set_attribute("http.response.status_code", error.status)
+        self.span.end()
+        self.runtime.spawn(self.exchange.close())
+
+
+@post(
+    "/v1/chat/completions",
+    summary="Create a chat completion (routed through the entry model, or direct to a model id)",
+    description=(
+        "OpenAI-compatible. `model` is the manifest's entry model (the request is classified and "
+        "dispatched; the hop appears as a `dispatch_to_specialist` tool call) or any model id (direct). "
+        "A conversation id in the `X-NRT-Session` header (else the `user` field) keeps the model's KV "
+        "cache between turns. `stream: true` answers with server-sent events ending in `data: [DONE]`."
+    ),
+    status_code=200,
+)
+async def chat_completions(
+    data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+) -> Response[ChatCompletion] | Response[ErrorResponse] | Stream:
+    started = time.perf_counter()
+    created = int(time.time())
+    span = tracer.start_span(
+        "POST /v1/chat/completions", context=tracing.extract(dict(request.headers)), kind=SpanKind.SERVER
+    )
+    with trace.use_span(span, end_on_exit=False):
+        try:
+            bus = runtime.require()
+            call = validate_chat(data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit)
+            admission = await bus.gate.admit()
+            routed = check_model(admission.manifest, admission.version, call.model) == "routed"
+        except ApiError as error:
+            span.set_status(Status(StatusCode.ERROR, error.message))
+            span.end()
+            raise
+        request_id = uuid.uuid4().hex
+        span.set_attribute("nrt.request_id", request_id)
+        span.set_attribute("nrt.model", call.model)
+        transcript = Transcript(
+            request_id=request_id,
+            model=call.model,
+            routed=routed,
+            manifest_version=admission.version,
+            session_id=call.session_id,
+            started=started,
+            created=created,
+        )
+        flight = Flight(runtime, bus, call, transcript, span)
+        headers = {"X-NRT-Request-Id": request_id}
+        try:
+            await flight.start()
+            first = await flight.next_text()  # the HTTP answer starts with the first token
+        except RemoteError as exc:
+            failure = ApiError.from_remote(exc)
+            flight.fail(failure)
+            failure.headers.update(headers)
+            return failure.response()
+        except BaseException:
+            flight.fail(ApiError(500, "the request was interrupted", code="internal_error"))
+            raise
+    if call.stream:
+        return Stream(_events(flight, first), media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+    return await _collect(flight, first, headers)
+
+
+async def _collect(
+    flight: Flight, first: str | None, headers: dict[str, str]
+) -> Response[ChatCompletion] | Response[ErrorResponse]:
+    try:
+        text = first
+        while text is not None:
+            text = await flight.next_text()
+    except RemoteError as exc:
+        error = ApiError.from_remote(exc)
+        flight.fail(error)
+        error.headers.update(headers)
+        return error.response()
+    except BaseException:
+        flight.fail(ApiError(500, "the request was interrupted", code="internal_error"))
+        raise
+    flight.complete()
+    return Response(flight.transcript.completion(time.perf_counter()), headers=headers)
+
+
+async def _events(flight: Flight, first: str | None) -> AsyncIterator[bytes]:
+    t = flight.transcript
+    try:
+        yield sse(t.opening_chunk())
+        text = first
+        while text is not None:
+            if text:
+                yield sse(t.content_chunk(text))
+            text = await flight.next_text()
+        for chunk in t.closing_chunks(time.perf_counter(), flight.call.include_usage):
+            yield sse(chunk)
+        flight.complete()
+        yield SSE_DONE
+    except RemoteError as exc:
+        error = ApiError.from_remote(exc)
+        flight.fail(error)
+        yield sse_error(error)
+        yield SSE_DONE
+    finally:  # the client went away (cancelled) or the stream was closed early
+        flight.fail(ApiError(CLIENT_GONE, "the client closed the connection", code="client_disconnected"))

@@ -1,0 +1,49 @@
+"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: it can serve)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Response, get
+from litestar.di import NamedDependency
+
+from api_gateway.openai_types import Readiness
+from api_gateway.runtime import Runtime
+from nrt.bus import rpc
+from nrt.bus.errors import RemoteError
+from nrt.service import Health, HealthQuery, health_subject
+
+ROUTER_SERVICE = "router_svc"
+PROBE_TIMEOUT = 1.0
+
+
+class Healthz(msgspec.Struct, frozen=True):
+    status: str
+
+
+@get("/healthz", summary="Liveness: the gateway process answers")
+async def healthz() -> Healthz:
+    return Healthz(status="ok")
+
+
+@get("/readyz", summary="Readiness: NATS connected, router_svc reachable, a manifest known")
+async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
+    checks = await readiness_checks(runtime)
+    ready = all(v == "ok" for v in checks.values())
+    body = Readiness(status="ready" if ready else "not_ready", checks=checks)
+    return Response(body, status_code=200 if ready else 503)
+
+
+async def readiness_checks(runtime: Runtime) -> dict[str, str]:
+    bus = runtime.bus
+    if bus is None or not bus.nc.is_connected:
+        reason = f"not connected to {runtime.settings.nats_url}"
+        return {"nats": reason, "router": "unknown (no NATS)", "manifest": "unknown (no NATS)"}
+    checks = {"nats": "ok"}
+    try:
+        await rpc.request(bus.nc, health_subject(ROUTER_SERVICE), HealthQuery(), Health, timeout=PROBE_TIMEOUT)
+        checks["router"] = "ok"
+    except RemoteError as exc:
+        checks["router"] = exc.message
+    version = bus.follower.state.manifest_version
+    checks["manifest"] = "ok" if version > 0 else "no manifest applied yet"
+    return checks

@@ -1,0 +1,205 @@
+"""The OpenAI wire shapes the gateway speaks, plus NRT's ``nrt`` block. Plain msgspec Structs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+# -- requests ---------------------------------------------------------------------------
+
+
+class ContentPart(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+
+
+class MessageIn(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/chat/completions``. Fields NRT does not use (tools, logprobs, ...) are ignored."""
+
+    model: str
+    messages: list[MessageIn]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
+
+
+# -- responses --------------------------------------------------------------------------
+
+
+class FunctionCall(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ResponseMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: Literal["assistant"]  # no default: omit_defaults would drop it
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(msgspec.Struct, kw_only=True):
+    index: int
+    message: ResponseMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class PromptTokensDetails(msgspec.Struct, kw_only=True):
+    cached_tokens: int = 0
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class Hop(msgspec.Struct, kw_only=True):
+    """One model the request went through, as the gateway saw it."""
+
+    role: Literal["router", "specialist"]
+    model: str
+    worker_id: str | None
+    latency_ms: float  # router: classification round trip; specialist: dispatch -> last token
+    ttft_ms: float | None = None  # specialist: dispatch -> first token
+    compute_ms: float | None = None  # the model time the worker reports
+    cold_start_ms: float | None = None  # the model had to be promoted first
+
+
+class NrtInfo(msgspec.Struct, kw_only=True):
+    request_id: str
+    manifest_version: int
+    routed: bool
+    entry_model: str
+    final_model: str
+    intent: str | None
+    confidence: float | None
+    scores: dict[str, float]
+    rule: str
+    session_id: str | None
+    hops: list[Hop]
+    latency_ms: float  # received -> last token
+    ttft_ms: float | None  # received -> first token
+
+
+class ChatCompletion(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str
+    nrt: NrtInfo
+
+
+class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(msgspec.Struct, kw_only=True):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    object: Literal["chat.completion.chunk"]  # no default: omit_defaults would drop it
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    nrt: NrtInfo | None = None
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+    problems: list[str] | None = None  # every problem of an invalid manifest (PUT /v1/manifest)
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True):
+    error: ErrorDetail
+
+
+# -- models, cluster, manifest -----------------------------------------------------------
+
+
+class PlacementInfo(msgspec.Struct, kw_only=True):
+    worker_id: str
+    tier: str
+    bytes_held: int
+
+
+class ModelInfo(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    role: str  # router | specialist | fallback
+    routed: bool  # True for the entry model: calling it routes the request
+    tier: str  # the tier the manifest declares
+    priority: str
+    source: str
+    description: str
+    placements: list[PlacementInfo]  # where it is loaded now, and at which tier
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[ModelInfo]
+    manifest_version: int
+
+
+class ManifestInfo(msgspec.Struct, kw_only=True):
+    version: int
+    cluster: str | None
+    digest: str | None
+    text: str
+
+
+class Readiness(msgspec.Struct, kw_only=True):
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, str]  # check -> "ok" or what is wrong

@@ -1,0 +1,100 @@
+"""The gateway's connection to the cluster: NATS, the folded event stream, the event emitter.
+
+The HTTP server starts at once (``/healthz`` answers); the NATS connection is made in the
+background and retried until it succeeds, and ``/readyz`` says when it is ready. A
+request that needs the bus before then gets a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client
+
+from api_gateway.admission import AdmissionGate
+from api_gateway.errors import ApiError
+from api_gateway.settings import GatewaySettings
+from nrt.bus.connection import connect
+from nrt.bus.emitter import EventEmitter
+from nrt.bus.follow import EventFollower
+from nrt.bus.jetstream import ensure_events_stream
+
+log = logging.getLogger("api_gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Bus:
+    nc: Client
+    follower: EventFollower
+    gate: AdmissionGate
+    emitter: EventEmitter
+
+
+class Runtime:
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.bus: Bus | None = None
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                nc = await connect(self.settings.nats_url, name="api_gateway")
+                break
+            except ConnectionError as exc:
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        while True:
+            try:
+                js = nc.jetstream()
+                await ensure_events_stream(js)
+                follower = EventFollower(nc)
+                gate = AdmissionGate(follower)
+                await follower.start(js)
+                break
+            except Exception as exc:  # JetStream not ready yet
+                log.warning("cannot follow the event stream yet: %s", exc)
+                await asyncio.sleep(1.0)
+        emitter = EventEmitter(nc)
+        await emitter.start()
+        self.bus = Bus(nc=nc, follower=follower, gate=gate, emitter=emitter)
+        self.connected.set()
+        log.info("api_gateway connected to %s", self.settings.nats_url)
+
+    def require(self) -> Bus:
+        """The bus, or 503 while the gateway is not connected."""
+        bus = self.bus
+        if bus is None or not bus.nc.is_connected:
+            raise ApiError(503, f"the gateway is not connected to NATS at {self.settings.nats_url}", code="not_ready")
+        return bus
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in its own task (clean-ups that must outlive a cancelled request)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        bus = self.bus
+        if bus is not None:
+            await bus.emitter.close()
+            with contextlib.suppress(Exception):
+                await bus.nc.drain()

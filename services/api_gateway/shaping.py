@@ -1,0 +1,232 @@
+"""A request's frames shaped as OpenAI responses: one JSON completion or SSE chunks. Pure.
+
+The router hop is shown as a ``dispatch_to_specialist`` tool call (arguments: intent,
+target) on the assistant message, next to the specialist's answer; the ``nrt`` block
+names the entry and final models, the intent and every hop with its latency and time
+to first token. Times are passed in (``time.perf_counter()`` seconds) by the caller.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from api_gateway.errors import ApiError
+from api_gateway.openai_types import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    Hop,
+    NrtInfo,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from nrt.protocol import Dispatch, GenerateChunk
+
+TOOL_NAME = "dispatch_to_specialist"
+SSE_DONE = b"data: [DONE]\n\n"
+
+_encoder = msgspec.json.Encoder()
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class Transcript:
+    """Everything one request has received so far, and its shapes."""
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        model: str,
+        routed: bool,
+        manifest_version: int,
+        session_id: str | None,
+        started: float,
+        created: int,
+    ) -> None:
+        self.request_id, self.model, self.routed = request_id, model, routed
+        self.manifest_version, self.session_id = manifest_version, session_id
+        self.started, self.created = started, created
+        self.sent_at = started  # when the request left for the router (set by the caller)
+        self.dispatch: Dispatch | None = None
+        self.dispatched_at: float | None = None
+        self.first_token_at: float | None = None
+        self.last_at: float | None = None
+        self.parts: list[str] = []
+        self.last: GenerateChunk | None = None
+
+    @property
+    def id(self) -> str:
+        return f"chatcmpl-{self.request_id}"
+
+    @property
+    def fingerprint(self) -> str:
+        return f"nrt-manifest-v{self.manifest_version}"
+
+    @property
+    def final_model(self) -> str:
+        return self.dispatch.target if self.dispatch is not None else self.model
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def finished(self) -> bool:
+        return self.last is not None and self.last.finish_reason is not None
+
+    def on_dispatch(self, dispatch: Dispatch, at: float) -> None:
+        self.dispatch, self.dispatched_at = dispatch, at
+
+    def on_chunk(self, chunk: GenerateChunk, at: float) -> str:
+        """Record ``chunk``; returns the text it adds."""
+        if self.first_token_at is None:
+            self.first_token_at = at
+        self.last, self.last_at = chunk, at
+        if chunk.text:
+            self.parts.append(chunk.text)
+        return chunk.text
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def tool_call(self) -> ToolCall | None:
+        if self.dispatch is None:
+            return None
+        arguments = _encoder.encode({"intent": self.dispatch.intent, "target": self.dispatch.target}).decode()
+        return ToolCall(id=f"call_{self.request_id[:24]}", function=FunctionCall(name=TOOL_NAME, arguments=arguments))
+
+    def usage(self) -> Usage:
+        usage = self.last.usage if self.last is not None else None
+        if usage is None:
+            return Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
+        return Usage(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        )
+
+    def hops(self) -> list[Hop]:
+        hops = []
+        dispatch = self.dispatch
+        if dispatch is not None:
+            hops.append(
+                Hop(
+                    role="router",
+                    model=dispatch.entry_model,
+                    worker_id=dispatch.router_worker_id,
+                    latency_ms=round(dispatch.router_ms, 3),
+                    compute_ms=dispatch.router_compute_ms,
+                )
+            )
+        begin = self.dispatched_at if self.dispatched_at is not None else self.sent_at
+        last = self.last
+        timings = last.timings if last is not None else None
+        hops.append(
+            Hop(
+                role="specialist",
+                model=self.final_model,
+                worker_id=last.worker_id if last is not None else None,
+                latency_ms=_ms((self.last_at or begin) - begin),
+                ttft_ms=_ms(self.first_token_at - begin) if self.first_token_at is not None else None,
+                compute_ms=timings.total_ms if timings is not None else None,
+                cold_start_ms=last.cold_start_ms if last is not None else None,
+            )
+        )
+        return hops
+
+    def info(self, ended: float) -> NrtInfo:
+        dispatch = self.dispatch
+        return NrtInfo(
+            request_id=self.request_id,
+            manifest_version=self.manifest_version,
+            routed=self.routed,
+            entry_model=dispatch.entry_model if dispatch is not None else self.model,
+            final_model=self.final_model,
+            intent=dispatch.intent if dispatch is not None else None,
+            confidence=dispatch.confidence if dispatch is not None else None,
+            scores=dispatch.scores if dispatch is not None else {},
+            rule=dispatch.rule if dispatch is not None else "direct",
+            session_id=self.session_id,
+            hops=self.hops(),
+            latency_ms=_ms(ended - self.started),
+            ttft_ms=_ms(self.first_token_at - self.started) if self.first_token_at is not None else None,
+        )
+
+    def finish_reason(self) -> str:
+        return (self.last.finish_reason if self.last is not None else None) or "stop"
+
+    # -- one JSON response ----------------------------------------------------------------
+
+    def completion(self, ended: float) -> ChatCompletion:
+        tool_call = self.tool_call()
+        message = ResponseMessage(
+            role="assistant", content=self.text, tool_calls=[tool_call] if tool_call is not None else None
+        )
+        return ChatCompletion(
+            id=self.id,
+            created=self.created,
+            model=self.final_model,
+            choices=[Choice(index=0, message=message, finish_reason=self.finish_reason())],
+            usage=self.usage(),
+            system_fingerprint=self.fingerprint,
+            nrt=self.info(ended),
+        )
+
+    # -- SSE chunks -----------------------------------------------------------------------
+
+    def _chunk(self, delta: Delta, finish_reason: str | None = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=self.id,
+            object="chat.completion.chunk",
+            created=self.created,
+            model=self.final_model,
+            system_fingerprint=self.fingerprint,
+            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)],
+        )
+
+    def opening_chunk(self) -> ChatCompletionChunk:
+        """The assistant role, with the router hop's tool call when the request was routed."""
+        call = self.tool_call()
+        tool_calls = [ToolCallDelta(index=0, id=call.id, function=call.function)] if call is not None else None
+        return self._chunk(Delta(role="assistant", content="", tool_calls=tool_calls))
+
+    def content_chunk(self, text: str) -> ChatCompletionChunk:
+        return self._chunk(Delta(content=text))
+
+    def closing_chunks(self, ended: float, include_usage: bool) -> list[ChatCompletionChunk]:
+        """The finish reason with the ``nrt`` block; usage on it, or on a separate last chunk
+        with no choices when the client asked for ``stream_options.include_usage`` (as OpenAI does)."""
+        closing = self._chunk(Delta(), self.finish_reason())
+        closing.nrt = self.info(ended)
+        if not include_usage:
+            closing.usage = self.usage()
+            return [closing]
+        usage_only = ChatCompletionChunk(
+            id=self.id,
+            object="chat.completion.chunk",
+            created=self.created,
+            model=self.final_model,
+            system_fingerprint=self.fingerprint,
+            choices=[],
+            usage=self.usage(),
+        )
+        return [closing, usage_only]
+
+
+def sse(chunk: ChatCompletionChunk) -> bytes:
+    """One SSE event: ``data: <json>`` and a blank line (LF line ends, as OpenAI sends)."""
+    return b"data: " + _encoder.encode(chunk) + b"\n\n"
+
+
+def sse_error(error: ApiError) -> bytes:
+    """An error event the OpenAI clients raise on: ``data: {"error": {...}}``."""
+    return b"data: " + _encoder.encode(error.body()) + b"\n\n"

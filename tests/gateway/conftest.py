@@ -1,0 +1,33 @@
+"""Fixtures for the gateway tests: NRT_HOME with the tiny models, and a running stack per module."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import Stack, start_stack
+
+
+@pytest.fixture(scope="module")
+def module_nrt_home(tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """NRT_HOME for a whole module: its models/ holds the tiny artifacts as catalogue entries."""
+    home = tmp_path_factory.mktemp("nrt-home")
+    (home / "models").mkdir()
+    for name in ("tiny-llama", "tiny-bert"):
+        (home / "models" / name).symlink_to(tiny_artifacts / name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NRT_HOME", str(home))
+        yield home
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(nats_url: str, module_nrt_home: Path) -> AsyncIterator[Stack]:
+    """The tiny customer-support cluster: worker, router_svc and gateway, shared by a module's tests."""
+    async with start_stack(nats_url, "tiny-support.yaml") as running:
+        yield running

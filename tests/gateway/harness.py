@@ -1,0 +1,214 @@
+"""The whole request path in one process, on real NATS with real tiny ONNX models.
+
+A specialist worker (the real one) hosts the models, router_svc routes, the gateway
+serves HTTP through uvicorn on a free port; each has its own NATS connection, as
+separate processes would. Running them in-process lets one in-memory span exporter see
+every span of a request. Nothing here is a stand-in: it is the services' own code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import uvicorn
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+from nats.js.errors import NotFoundError
+from openai import AsyncOpenAI
+
+from api_gateway.app import create_app
+from api_gateway.settings import GatewaySettings
+from nrt.bus import rpc, subjects
+from nrt.bus.connection import connect
+from nrt.bus.jetstream import EventPublisher, ensure_events_stream
+from nrt.events import AnyEvent, ManifestApplied, decode
+from nrt.infra import free_port
+from nrt.manifest import Manifest, parse_manifest
+from nrt.protocol import ControlCommand, ControlReply
+from nrt.service import Health, HealthQuery, ServiceContext, health_subject
+from nrt.settings import Settings, models_dir
+from router_svc.app import run as run_router
+from router_svc.settings import RouterSettings
+from specialist_worker.resources import detect
+from specialist_worker.worker import Worker
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ADMIN_KEY = "test-admin-key"
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # in-process: leave the test runner's signal handling alone
+
+
+@dataclass
+class Stack:
+    nats_url: str
+    nc: Client  # the test's own connection
+    base_url: str
+    manifest: Manifest
+    worker: Worker
+    worker_nc: Client
+    settings: GatewaySettings
+    gateway: _Server
+    router: ServiceContext
+    router_health: Subscription
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def stop_router(self) -> None:
+        """router_svc goes away: it stops taking requests and answering health checks."""
+        self.router.stopping.set()
+        await self.tasks[0]
+        await self.router_health.unsubscribe()
+
+    def client(self, **kwargs: object) -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, **kwargs)  # type: ignore[arg-type]
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=30)
+
+    async def events(self, request_id: str | None = None, within: float = 5.0, until: int = 0) -> list[AnyEvent]:
+        """Events in the stream (those of ``request_id`` only, if given); waits until ``until`` of them exist."""
+        js = self.nc.jetstream()
+        deadline = time.monotonic() + within
+        while True:
+            info = await js.stream_info(subjects.EVENTS_STREAM)
+            out = []
+            for seq in range(1, info.state.messages + 1):
+                msg = await js.get_msg(subjects.EVENTS_STREAM, seq)
+                assert msg.data is not None
+                event = decode(msg.data)
+                if request_id is None or getattr(event, "request_id", None) == request_id:
+                    out.append(event)
+            if len(out) >= until or time.monotonic() > deadline:
+                return out
+            await asyncio.sleep(0.05)
+
+
+def fixture_manifest(name: str) -> str:
+    """A test manifest; ``@TINY_BERT@`` becomes the tiny encoder's directory (a local ONNX export,
+    not a catalogue entry) under this test's NRT_HOME."""
+    text = (FIXTURES / name).read_text()
+    return text.replace("@TINY_BERT@", str(models_dir() / "tiny-bert"))
+
+
+async def control(nc: Client, worker_id: str, **fields: object) -> ControlReply:
+    command = ControlCommand(reason=str(fields.pop("reason", "placement")), **fields)  # type: ignore[arg-type]
+    return await rpc.request(nc, subjects.control(worker_id), command, ControlReply, timeout=60)
+
+
+async def fresh_events_stream(nc: Client) -> None:
+    js = nc.jetstream()
+    with contextlib.suppress(NotFoundError):
+        await js.delete_stream(subjects.EVENTS_STREAM)
+    await ensure_events_stream(js)
+
+
+async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
+    manifest = parse_manifest(text, f"manifest v{version}")
+    await EventPublisher(nc).publish(
+        ManifestApplied(version=version, cluster=manifest.cluster, digest=manifest.digest, text=text)
+    )
+    return manifest
+
+
+async def serve_router(
+    nats_url: str, settings: RouterSettings
+) -> tuple[asyncio.Task[None], ServiceContext, Subscription]:
+    """router_svc's body and its health subject, as ``run_service`` runs them."""
+    nc = await connect(nats_url, name="router_svc")
+    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url, None, Path(".")), nc=nc)
+
+    async def health(_: HealthQuery) -> Health:
+        return Health(service="router_svc", instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
+
+    sub = await rpc.serve(nc, health_subject("router_svc"), HealthQuery, health)
+    return asyncio.create_task(run_router(ctx, settings)), ctx, sub
+
+
+async def wait_ready(base_url: str, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    async with httpx.AsyncClient(base_url=base_url, timeout=2) as http:
+        while True:
+            try:
+                if (await http.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the gateway did not become ready"
+            await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def start_stack(
+    nats_url: str,
+    manifest_file: str,
+    loads: dict[str, str] | None = None,
+    settings: GatewaySettings | None = None,
+    router_settings: RouterSettings | None = None,
+    edit: tuple[str, str] | None = None,
+) -> AsyncIterator[Stack]:
+    """Apply ``manifest_file`` (version 1), load its models on one worker at the declared
+    tiers (or ``loads``: model id -> tier), start router_svc and the gateway."""
+    nc = await connect(nats_url, name="nrt-test")
+    await fresh_events_stream(nc)
+    text = fixture_manifest(manifest_file)
+    if edit is not None:  # (old, new): a variant of the fixture manifest
+        assert edit[0] in text
+        text = text.replace(*edit)
+    manifest = await apply_manifest(nc, text)
+    worker_nc = await connect(nats_url, name="specialist_worker")
+    worker = Worker(worker_nc, detect(), worker_id="w-gateway", max_batch_size=8)
+    await worker.start()
+    tiers = loads if loads is not None else {spec.id: spec.tier.value for spec in manifest.models}
+    for model_id, tier in tiers.items():
+        await control(
+            nc, worker.worker_id, action="load", model_id=model_id, source=manifest.model(model_id).source, tier=tier
+        )
+    router_task, router_ctx, router_health = await serve_router(
+        nats_url, router_settings or RouterSettings(classify_timeout=10, manifest_wait=2)
+    )
+    settings = settings or GatewaySettings(
+        nats_url=nats_url, admin_key=ADMIN_KEY, route_timeout=10, idle_timeout=10, request_timeout=30
+    )
+    port = free_port()
+    server = _Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    gateway_task = asyncio.create_task(server.serve())
+    base_url = f"http://127.0.0.1:{port}"
+    stack = Stack(
+        nats_url,
+        nc,
+        base_url,
+        manifest,
+        worker,
+        worker_nc,
+        settings,
+        server,
+        router_ctx,
+        router_health,
+        [router_task, gateway_task],
+    )
+    try:
+        await wait_ready(base_url)
+        await worker.manifest.wait_for(lambda s: s.manifest_version >= 1, within=10)
+        yield stack
+    finally:
+        server.should_exit = True
+        await gateway_task
+        router_ctx.stopping.set()
+        await router_task
+        if router_ctx.nc.is_connected:
+            await router_ctx.nc.drain()
+        if worker_nc.is_connected:
+            await worker.stop()
+            await worker_nc.drain()
+        else:  # a test cut the worker off the bus: free its models all the same
+            await asyncio.to_thread(worker.host.close)
+        await nc.drain()

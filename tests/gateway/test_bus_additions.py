@@ -1,0 +1,79 @@
+"""The shared-module additions this work needs: EventEmitter and rpc.frame_payload, on real NATS."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from nrt.bus import rpc, subjects
+from nrt.bus.emitter import EventEmitter
+from nrt.bus.errors import RemoteError, Unavailable
+from nrt.events import RequestAdmitted, RequestCompleted
+from nrt.events import decode as decode_event
+from nrt.protocol import Dispatch
+
+
+async def stored(nc: Client) -> list[object]:
+    js = nc.jetstream()
+    info = await js.stream_info(subjects.EVENTS_STREAM)
+    out = []
+    for seq in range(1, info.state.messages + 1):
+        msg = await js.get_msg(subjects.EVENTS_STREAM, seq)
+        assert msg.data is not None
+        out.append(decode_event(msg.data))
+    return out
+
+
+async def test_emitter_keeps_order_without_waiting_and_flushes(nc: Client) -> None:
+    emitter = EventEmitter(nc)
+    await emitter.start()
+    events = []
+    for i in range(50):
+        events.append(RequestAdmitted(request_id=f"r{i}", manifest_version=1, model_id="router"))
+        events.append(
+            RequestCompleted(
+                request_id=f"r{i}", manifest_version=1, model_id="m", prompt_tokens=1, completion_tokens=1, latency_ms=1
+            )
+        )
+    for event in events:
+        emitter.emit(event)  # synchronous: never blocks the caller
+    emitter.emit(events[0])  # a re-sent event is stored once (its id is the message id)
+    await emitter.flush(within=10)
+    assert emitter.sent == 101
+    assert emitter.lost == 0
+    assert await stored(nc) == events
+    await emitter.close()
+
+
+async def test_emitter_counts_events_that_cannot_be_stored(nc: Client) -> None:
+    await nc.jetstream().delete_stream(subjects.EVENTS_STREAM)  # nothing stores events now
+    emitter = EventEmitter(nc, ack_timeout=1.0)
+    await emitter.start()
+    emitter.emit(RequestAdmitted(request_id="lost", manifest_version=1, model_id="router"))
+    await emitter.flush(within=5)
+    assert (emitter.sent, emitter.lost) == (0, 1)
+    await emitter.close()
+
+
+async def test_frame_payload_reads_data_end_error_and_no_responders(nc: Client) -> None:
+    inbox = nc.new_inbox()
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
+    await nc.subscribe(inbox, cb=queue.put)
+    frames = rpc.StreamInbox(nc, inbox)
+    dispatch = Dispatch(
+        request_id="r", entry_model="router", intent=None, target="fallback", scores={}, router_ms=1, rule="x"
+    )
+    await frames.send(dispatch)
+    await frames.fail(RemoteError("context_window_exceeded", "too long", 400))
+    await frames.end()
+    assert rpc.frame_payload(await queue.get(), "s") == rpc.encode(dispatch)
+    with pytest.raises(RemoteError) as caught:
+        rpc.frame_payload(await queue.get(), "s")
+    assert (caught.value.code, caught.value.status) == ("context_window_exceeded", 400)
+    assert rpc.frame_payload(await queue.get(), "s") is None
+    await nc.publish("nrt.nobody.listens", b"{}", reply=inbox)  # the server answers 503: no responders
+    with pytest.raises(Unavailable, match=r"nothing is serving nrt\.infer\.x"):
+        rpc.frame_payload(await asyncio.wait_for(queue.get(), 5), "nrt.infer.x")

@@ -1,0 +1,122 @@
+"""Failures never hang a request: a dead worker, an unloaded model, router_svc gone, a model
+nobody serves. Each test runs its own stack (real worker, router_svc, gateway, real NATS)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import openai
+import pytest
+from harness import ADMIN_KEY, Stack, control, start_stack
+
+from api_gateway.settings import GatewaySettings
+from nrt.bus.follow import EventFollower
+from nrt.events import RequestFailed
+from nrt.routing import serving_workers
+
+LONG = 400  # tokens: long enough to cut a stream in the middle
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def quick(nats_url: str) -> GatewaySettings:
+    return GatewaySettings(nats_url=nats_url, admin_key=ADMIN_KEY, route_timeout=2, idle_timeout=1, request_timeout=10)
+
+
+async def failed_event(stack: Stack, request_id: str) -> RequestFailed:
+    events = await stack.events(request_id, until=3)
+    assert isinstance(events[-1], RequestFailed)
+    return events[-1]
+
+
+async def test_a_worker_that_dies_mid_stream_ends_the_stream_with_an_error_event(nats_url: str, nrt_home: Path) -> None:
+    async with start_stack(nats_url, "tiny-support.yaml", settings=quick(nats_url)) as stack:
+        async with stack.client().chat.completions.with_streaming_response.create(
+            model="billing", messages=user("hi"), stream=True, max_tokens=LONG
+        ) as response:
+            request_id = response.headers["x-nrt-request-id"]
+            chunks = await response.parse()
+            received = 0
+            started = time.monotonic()
+            with pytest.raises(openai.APIError) as caught:
+                async for _ in chunks:
+                    received += 1
+                    if received == 2:
+                        await stack.worker_nc.close()  # the worker is gone
+        assert "no next token from nrt.route -> nrt.infer.billing within 1s" in caught.value.message
+        assert time.monotonic() - started < 5
+        failed = await failed_event(stack, request_id)
+        assert (failed.code, failed.status, failed.model_id) == ("deadline_exceeded", 504, "billing")
+
+
+async def test_a_worker_that_dies_mid_request_is_a_504(nats_url: str, nrt_home: Path) -> None:
+    async with start_stack(nats_url, "tiny-support.yaml", settings=quick(nats_url)) as stack:
+        client = stack.client()
+        await stack.worker_nc.close()
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="router", messages=user("hi"), max_tokens=LONG)
+        assert time.monotonic() - started < 5
+        # router_svc's classify call to the entry model finds no worker: an error frame, at once
+        assert caught.value.status_code == 503
+        assert caught.value.code == "no_responders"
+        assert "nothing is serving nrt.infer.router" in caught.value.message
+
+
+async def test_a_model_unloaded_under_a_request_finishes_it_then_is_unavailable(nats_url: str, nrt_home: Path) -> None:
+    async with start_stack(nats_url, "tiny-support.yaml", settings=quick(nats_url)) as stack:
+        stream = await stack.client().chat.completions.create(
+            model="billing", messages=user("hi"), stream=True, max_tokens=LONG
+        )
+        chunks = []
+        async for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 2:
+                await control(stack.nc, stack.worker.worker_id, action="unload", model_id="billing", reason="command")
+        assert chunks[-1].choices[0].finish_reason == "length"  # the worker finished what it had started
+        follower = EventFollower(stack.nc)  # the unload is in the event log: the router sees it too
+        await follower.start()
+        await follower.wait_for(lambda s: not serving_workers(s, "billing"), within=5)
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as caught:
+            await stack.client().chat.completions.create(model="billing", messages=user("hi"))
+        assert time.monotonic() - started < 1
+        assert caught.value.status_code == 503
+        assert caught.value.code == "model_unavailable"
+        after = await stack.client().chat.completions.create(model="fallback", messages=user("hi"), max_tokens=2)
+        assert after.choices[0].finish_reason == "length"  # the models sharing its weights still serve
+
+
+async def test_router_svc_gone_is_a_fast_503_and_not_ready(nats_url: str, nrt_home: Path) -> None:
+    async with start_stack(nats_url, "tiny-support.yaml", settings=quick(nats_url)) as stack:
+        await stack.stop_router()
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as caught:
+            await stack.client().chat.completions.create(model="router", messages=user("hi"))
+        assert time.monotonic() - started < 1
+        assert caught.value.status_code == 503
+        assert "nothing is serving nrt.route" in caught.value.message
+        async with stack.http() as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["router"] == "nothing is serving nrt.health.router_svc"
+        assert ready.json()["checks"]["nats"] == "ok"
+
+
+async def test_a_declared_model_that_no_worker_serves_is_a_503(nats_url: str, nrt_home: Path) -> None:
+    loads = {"router": "resident", "billing": "resident", "fallback": "resident"}  # technical is placed nowhere
+    async with start_stack(nats_url, "tiny-support.yaml", loads=loads, settings=quick(nats_url)) as stack:
+        response = await stack.client().chat.completions.with_raw_response.create(
+            model="router", messages=user("I was charged twice for my order")
+        )
+        assert response.parse().model == "billing"
+        with pytest.raises(openai.APIStatusError) as caught:
+            await stack.client().chat.completions.create(model="technical", messages=user("hi"))
+        assert caught.value.status_code == 503
+        assert "model 'technical' is not loaded on any live worker" in caught.value.message
+        request_id = caught.value.response.headers["x-nrt-request-id"]
+        failed = await failed_event(stack, request_id)
+        assert (failed.code, failed.status) == ("model_unavailable", 503)
