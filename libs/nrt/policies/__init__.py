@@ -1,0 +1,64 @@
+"""The policies: pure functions from (state, manifest, trigger, now) to commands.
+
+No I/O and no clock: the cluster_state service feeds them the folded state, the
+manifest in force and the time, and executes the commands they return.
+"""
+
+from nrt.policies.bookkeeping import absorb, note_reply, note_sent, saw_heartbeat, settle
+from nrt.policies.budget import with_footprints
+from nrt.policies.decide import decide
+from nrt.policies.eviction import enforce_budget, make_resident
+from nrt.policies.liveness import check as check_liveness
+from nrt.policies.model import (
+    Command,
+    Control,
+    ControlState,
+    Emit,
+    Pending,
+    PromoteWanted,
+    Refuse,
+    Sweep,
+    Tick,
+    Trigger,
+    Tuning,
+    WorkerSeen,
+)
+from nrt.policies.placement import budget_problems, check_fit, reconcile
+from nrt.policies.sessions import sweep
+from nrt.policies.swap import SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
+from nrt.policies.warming import co_activate
+
+__all__ = [
+    "Command",
+    "Control",
+    "ControlState",
+    "Emit",
+    "Pending",
+    "PromoteWanted",
+    "Refuse",
+    "SwapPlan",
+    "SwapRejected",
+    "Sweep",
+    "Tick",
+    "Trigger",
+    "Tuning",
+    "WorkerSeen",
+    "absorb",
+    "after_cutover",
+    "budget_problems",
+    "check_fit",
+    "check_liveness",
+    "co_activate",
+    "decide",
+    "enforce_budget",
+    "make_resident",
+    "note_reply",
+    "note_sent",
+    "plan_swap",
+    "reconcile",
+    "saw_heartbeat",
+    "settle",
+    "sweep",
+    "undo_warm",
+    "with_footprints",
+]

@@ -1,0 +1,140 @@
+"""The controller's own bookkeeping, kept pure: what it sent, what it heard, what failed.
+
+The shell calls ``absorb`` for every recorded event, ``note_sent`` with the commands it
+is about to execute, ``note_reply`` when a worker answers, and ``saw_heartbeat`` for
+each heartbeat. ``pending`` entries disappear once the log shows their effect, when the
+command failed, or when they expire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from msgspec.structs import replace
+
+from nrt.events import Event, WorkerJoined, WorkerLost
+from nrt.policies.model import Command, Control, ControlState, Emit, Pending, WorkerSeen, pending_key
+from nrt.protocol import WorkerHeartbeat
+from nrt.state import ClusterState, evolve
+
+LOAD_TIMEOUT_S = 300.0  # loading reads (and may convert) a model: minutes on a cold cache
+CONTROL_TIMEOUT_S = 60.0  # promote, demote, unload, evict_session
+
+
+def control_timeout(control: Control) -> float:
+    return LOAD_TIMEOUT_S if control.command.action == "load" else CONTROL_TIMEOUT_S
+
+
+def control_key(control: Control) -> str:
+    command = control.command
+    if command.action == "evict_session":
+        return f"session:{command.session_id}"
+    return pending_key(command.model_id, control.worker_id)
+
+
+def _pending_of(command: Command, now: datetime, settle_s: float) -> Pending | None:
+    if isinstance(command, Control):
+        timeout = timedelta(seconds=control_timeout(command) + settle_s)
+        c = command.command
+        if c.action == "evict_session":
+            return Pending(
+                key=control_key(command),
+                kind="evicted",
+                worker_id=command.worker_id,
+                model_id=None,
+                session_id=c.session_id,
+                sent_at=now,
+                expires_at=now + timeout,
+            )
+        return Pending(
+            key=control_key(command),
+            kind="tier",
+            worker_id=command.worker_id,
+            model_id=c.model_id,
+            tier=command.tier,
+            sent_at=now,
+            expires_at=now + timeout,
+        )
+    if isinstance(command, Emit) and isinstance(command.event, WorkerLost | WorkerJoined):
+        worker_id = command.event.worker_id
+        return Pending(
+            key=f"worker:{worker_id}",
+            kind="lost" if isinstance(command.event, WorkerLost) else "joined",
+            worker_id=worker_id,
+            sent_at=now,
+            expires_at=now + timedelta(seconds=settle_s),
+        )
+    return None
+
+
+def note_sent(state: ControlState, commands: Sequence[Command], now: datetime) -> ControlState:
+    """``state`` with every command about to run recorded as pending."""
+    added = {p.key: p for c in commands if (p := _pending_of(c, now, state.tuning.settle_s)) is not None}
+    if not added:
+        return state
+    return replace(state, pending={**state.pending, **added})
+
+
+def note_reply(state: ControlState, control: Control, ok: bool, now: datetime) -> ControlState:
+    """A worker answered ``control``: wait a little for its event, or forget it and back off."""
+    key = control_key(control)
+    pending = dict(state.pending)
+    current = pending.get(key)
+    if ok:
+        if current is not None:
+            pending[key] = replace(current, replied=True, expires_at=now + timedelta(seconds=state.tuning.settle_s))
+        return settle(replace(state, pending=pending), now)
+    pending.pop(key, None)
+    backoff = dict(state.backoff)
+    if control.command.action != "evict_session":
+        backoff[key] = now + timedelta(seconds=state.tuning.retry_s)
+    return replace(state, pending=pending, backoff=backoff)
+
+
+def reached(cluster: ClusterState, pending: Pending) -> bool:
+    """Whether the log already shows what ``pending`` waits for (or never can)."""
+    worker = cluster.workers.get(pending.worker_id)
+    if pending.kind == "lost":
+        return worker is None or not worker.alive
+    if pending.kind == "joined":
+        return worker is not None and worker.alive
+    if worker is None or not worker.alive:
+        return True  # the worker is gone: nothing will come of it
+    if pending.kind == "evicted":
+        session = cluster.sessions.get(pending.session_id or "")
+        return session is None or session.kv_evicted
+    model = cluster.models.get(pending.model_id or "")
+    placement = model.placements.get(pending.worker_id) if model is not None else None
+    tier = placement.tier if placement is not None else "unloaded"
+    return tier == pending.tier
+
+
+def settle(state: ControlState, now: datetime) -> ControlState:
+    """Drop pending entries whose effect is in the log or whose time is up; drop old back-offs."""
+    keep = {k: p for k, p in state.pending.items() if p.expires_at > now and not reached(state.cluster, p)}
+    backoff = {k: t for k, t in state.backoff.items() if t > now}
+    if len(keep) == len(state.pending) and len(backoff) == len(state.backoff):
+        return state
+    return replace(state, pending=keep, backoff=backoff)
+
+
+def absorb(state: ControlState, event: Event, now: datetime) -> ControlState:
+    """Fold a recorded event into the controller's view."""
+    cluster = evolve(state.cluster, event)
+    seen = state.seen
+    if isinstance(event, WorkerLost) and event.worker_id in seen:
+        seen = {k: v for k, v in seen.items() if k != event.worker_id}  # it must beat again to come back
+    return settle(replace(state, cluster=cluster, seen=seen), now)
+
+
+def saw_heartbeat(state: ControlState, beat: WorkerHeartbeat, now: datetime) -> ControlState:
+    previous = state.seen.get(beat.worker_id)
+    continuing = previous is not None and (now - previous.last_seen).total_seconds() <= state.tuning.lost_after_s
+    seen = WorkerSeen(
+        report=beat,
+        last_seen=now,
+        beating_since=previous.beating_since if continuing and previous is not None else now,
+        beats=previous.beats + 1 if continuing and previous is not None else 1,
+    )
+    return replace(state, seen={**state.seen, beat.worker_id: seen})

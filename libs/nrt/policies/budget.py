@@ -1,0 +1,167 @@
+"""Bytes: what each model needs, what each worker and each budget has left.
+
+Residents count against ``gpu_budget`` (and the worker's accelerator memory, or its
+RAM on a CPU host); standby models against ``ram_budget`` (and the worker's RAM).
+Models that share one artifact on one worker share one copy: they are charged once,
+at the highest tier any of them holds there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from nrt.manifest import Manifest, ModelSpec, Tier
+from nrt.policies.model import ControlState
+from nrt.state import ClusterState, WorkerState
+from nrt.units import format_size
+
+_RANK = {"unloaded": 0, "remote": 1, "standby": 2, "resident": 3}
+
+
+def with_footprints(manifest: Manifest, footprint_of: Callable[[str], int | None]) -> Manifest:
+    """``manifest`` with every model's ``footprint`` filled from ``footprint_of`` where it was not declared."""
+    resolved: dict[str, int | None] = {}
+    for spec in manifest.models:
+        if spec.footprint is None and spec.tier is not Tier.REMOTE:
+            resolved[spec.id] = footprint_of(spec.source)
+
+    def fill(spec: ModelSpec) -> ModelSpec:
+        size = resolved.get(spec.id)
+        return replace(spec, footprint=size) if size is not None else spec
+
+    return replace(
+        manifest,
+        router=fill(manifest.router),
+        specialists=tuple(fill(s) for s in manifest.specialists),
+        fallback=fill(manifest.fallback) if manifest.fallback is not None else None,
+    )
+
+
+def footprint(spec: ModelSpec, cluster: ClusterState) -> int:
+    """Bytes ``spec`` needs: the larger of what was declared and what a worker reported holding."""
+    if spec.tier is Tier.REMOTE:
+        return 0
+    model = cluster.models.get(spec.id)
+    observed = max((p.bytes_held for p in model.placements.values()), default=0) if model is not None else 0
+    return max(spec.footprint or 0, observed)
+
+
+def size(n: int | None) -> str:
+    return "unlimited" if n is None else format_size(n)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One model held on one worker at one tier."""
+
+    model_id: str
+    worker_id: str
+    artifact: str
+    tier: str
+    bytes: int
+
+
+def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
+    """Every model held on a live-or-alive worker, with pending changes counted as done."""
+    specs = {s.id: s for s in manifest.models} if manifest is not None else {}
+    out: list[Holding] = []
+    seen: set[tuple[str, str]] = set()
+    for model_id, model in sorted(state.cluster.models.items()):
+        for worker_id in sorted(model.placements):
+            worker = state.cluster.workers.get(worker_id)
+            if worker is None or not worker.alive:
+                continue
+            seen.add((model_id, worker_id))
+            out.append(_holding(state, specs.get(model_id), model_id, worker_id, model.artifact))
+    for pending in state.pending.values():  # loads sent but not yet in the log
+        if pending.kind != "tier" or pending.model_id is None or (pending.model_id, pending.worker_id) in seen:
+            continue
+        spec = specs.get(pending.model_id)
+        artifact = spec.source if spec is not None else pending.model_id
+        out.append(_holding(state, spec, pending.model_id, pending.worker_id, artifact))
+    return [h for h in out if h.tier != "unloaded"]
+
+
+def _holding(state: ControlState, spec: ModelSpec | None, model_id: str, worker_id: str, artifact: str) -> Holding:
+    tier = state.tier_of(model_id, worker_id)
+    model = state.cluster.models.get(model_id)
+    placement = model.placements.get(worker_id) if model is not None else None
+    held = placement.bytes_held if placement is not None else 0
+    declared = footprint(spec, state.cluster) if spec is not None else 0
+    return Holding(model_id, worker_id, artifact or model_id, tier, max(held, declared))
+
+
+def charged(held: Iterable[Holding]) -> dict[tuple[str, str], Holding]:
+    """One charge per (worker, artifact): the highest tier and the largest size among its holders."""
+    out: dict[tuple[str, str], Holding] = {}
+    for h in held:
+        key = (h.worker_id, h.artifact)
+        known = out.get(key)
+        if known is None:
+            out[key] = h
+        else:
+            tier = h.tier if _RANK[h.tier] > _RANK[known.tier] else known.tier
+            out[key] = replace(known, tier=tier, bytes=max(known.bytes, h.bytes))
+    return out
+
+
+def tier_total(held: Iterable[Holding], tier: str) -> int:
+    return sum(h.bytes for h in charged(held).values() if h.tier == tier)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRoom:
+    """Capacity and use of one worker. On a CPU host residents and standby share one RAM pool."""
+
+    worker_id: str
+    accelerator: bool
+    resident_cap: int
+    standby_cap: int
+    resident_used: int
+    standby_used: int
+
+    def free(self, tier: str) -> int:
+        if tier == "remote":
+            return 1 << 62
+        if not self.accelerator:
+            return self.standby_cap - self.resident_used - self.standby_used
+        if tier == "resident":
+            return self.resident_cap - self.resident_used
+        return self.standby_cap - self.standby_used
+
+    def describe(self) -> str:
+        if self.accelerator:
+            return (
+                f"{self.worker_id} has {size(max(self.free('resident'), 0))} free of {size(self.resident_cap)} "
+                f"accelerator memory and {size(max(self.free('standby'), 0))} free of {size(self.standby_cap)} RAM"
+            )
+        return f"{self.worker_id} has {size(max(self.free('standby'), 0))} free of {size(self.standby_cap)} RAM"
+
+
+def room(worker: WorkerState, held: Iterable[Holding]) -> WorkerRoom:
+    mine = [h for h in charged(held).values() if h.worker_id == worker.worker_id]
+    return WorkerRoom(
+        worker_id=worker.worker_id,
+        accelerator=worker.accelerator_bytes > 0,
+        resident_cap=worker.accelerator_bytes if worker.accelerator_bytes > 0 else worker.ram_bytes,
+        standby_cap=worker.ram_bytes,
+        resident_used=sum(h.bytes for h in mine if h.tier == "resident"),
+        standby_used=sum(h.bytes for h in mine if h.tier == "standby"),
+    )
+
+
+def shares_artifact(held: Iterable[Holding], worker_id: str, artifact: str) -> bool:
+    return any(h.worker_id == worker_id and h.artifact == artifact for h in held)
+
+
+def budget_for(manifest: Manifest, tier: str) -> int | None:
+    if tier == "resident":
+        return manifest.resources.gpu_budget
+    if tier == "standby":
+        return manifest.resources.ram_budget
+    return None
+
+
+def budget_key(tier: str) -> str:
+    return "gpu_budget" if tier == "resident" else "ram_budget"

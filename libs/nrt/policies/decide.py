@@ -1,0 +1,35 @@
+"""One entry point for the shell: ``decide(state, manifest, trigger, now) -> commands``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from nrt.events import ManifestApplied, RouterFired, TierChanged, WorkerJoined, WorkerLost
+from nrt.manifest import Manifest
+from nrt.policies import liveness, placement, sessions
+from nrt.policies.bookkeeping import note_sent
+from nrt.policies.eviction import enforce_budget, make_resident
+from nrt.policies.model import Command, ControlState, PromoteWanted, Sweep, Tick, Trigger
+from nrt.policies.warming import co_activate
+
+
+def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now: datetime) -> list[Command]:
+    """What the cluster should do about ``trigger``, given the state after it and the manifest in force."""
+    if isinstance(trigger, Tick):
+        commands = liveness.check(state, now)
+        if manifest is not None:
+            commands += placement.reconcile(note_sent(state, commands, now), manifest, now)
+        return commands
+    if manifest is None:
+        return []
+    if isinstance(trigger, Sweep):
+        return sessions.sweep(state, manifest, now)
+    if isinstance(trigger, PromoteWanted):
+        return make_resident(state, manifest, trigger.model_id, trigger.reason, now)
+    if isinstance(trigger, RouterFired):
+        return co_activate(state, manifest, trigger, now)
+    if isinstance(trigger, TierChanged):
+        return enforce_budget(state, manifest, trigger, now)
+    if isinstance(trigger, ManifestApplied | WorkerJoined | WorkerLost):
+        return placement.reconcile(state, manifest, now)
+    return []

@@ -1,0 +1,186 @@
+"""Placement: which live worker hosts each manifest model, within memory and budgets.
+
+Deterministic: residents first, then standby, then remote; critical before high before
+normal before low; larger before smaller; then manifest order. A model goes to a worker
+that already holds its artifact (no extra bytes) if one has room, else to the worker
+with the most room left, ties broken by worker id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from nrt.events import ModelPlaced
+from nrt.manifest import Manifest, ModelSpec, Priority, Tier
+from nrt.policies.budget import (
+    Holding,
+    budget_for,
+    budget_key,
+    footprint,
+    holdings,
+    room,
+    shares_artifact,
+    size,
+    tier_total,
+)
+from nrt.policies.model import Command, Control, ControlState, Emit, Refuse, pending_key
+from nrt.protocol import ControlCommand
+from nrt.state import ClusterState, WorkerState
+
+_TIER_ORDER = {Tier.RESIDENT: 0, Tier.STANDBY: 1, Tier.REMOTE: 2, Tier.UNLOADED: 3}
+_PRIORITY_ORDER = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
+
+
+def order(manifest: Manifest, cluster: ClusterState) -> list[ModelSpec]:
+    index = {spec.id: i for i, spec in enumerate(manifest.models)}
+    return sorted(
+        manifest.models,
+        key=lambda s: (_TIER_ORDER[s.tier], _PRIORITY_ORDER[s.priority], -footprint(s, cluster), index[s.id]),
+    )
+
+
+def choose(
+    spec: ModelSpec,
+    need: int,
+    workers: Sequence[WorkerState],
+    held: Sequence[Holding],
+    avoid: frozenset[str] = frozenset(),
+) -> tuple[str | None, str]:
+    """The worker for ``spec`` at its declared tier, or None and why none fits (with the numbers)."""
+    tier = spec.tier.value
+    best: tuple[tuple[int, int, str], str] | None = None
+    reasons = []
+    for worker in workers:
+        if worker.worker_id in avoid:
+            reasons.append(f"{worker.worker_id} failed to load it recently")
+            continue
+        before = room(worker, held)
+        after = room(worker, [*held, Holding(spec.id, worker.worker_id, spec.source, tier, need)])
+        if after.free(tier) < 0:
+            reasons.append(before.describe())
+            continue
+        shared = shares_artifact(held, worker.worker_id, spec.source)
+        score = (0 if shared else 1, -after.free(tier), worker.worker_id)
+        if best is None or score < best[0]:
+            best = (score, worker.worker_id)
+    if best is not None:
+        return best[1], ""
+    return None, "; ".join(reasons) if reasons else "no live worker"
+
+
+def place(spec: ModelSpec, worker_id: str, version: int, reason: str, group: str) -> list[Command]:
+    """Record the placement, then tell the worker to load the model at its declared tier."""
+    tier = spec.tier.value
+    placed = ModelPlaced(
+        model_id=spec.id, worker_id=worker_id, artifact=spec.source, tier=tier, manifest_version=version
+    )
+    load = ControlCommand(
+        action="load", model_id=spec.id, reason=reason, source=spec.source, tier=tier, manifest_version=version
+    )
+    return [Emit(placed, group=group), Control(worker_id, load, tier=tier, group=group)]
+
+
+def is_placed(state: ControlState, model_id: str) -> bool:
+    """Held (or being loaded) on a worker the log says is alive."""
+    model = state.cluster.models.get(model_id)
+    if model is not None:
+        for worker_id, placement in model.placements.items():
+            worker = state.cluster.workers.get(worker_id)
+            if worker is not None and worker.alive and placement.tier != "unloaded":
+                return True
+    pending = state.pending_for_model(model_id)
+    return pending is not None and pending.tier != "unloaded"
+
+
+def where(state: ControlState, model_id: str) -> str | None:
+    """The alive worker that holds ``model_id`` at the highest tier (pending changes counted), if any."""
+    model = state.cluster.models.get(model_id)
+    candidates = set(model.placements) if model is not None else set()
+    candidates |= {p.worker_id for p in state.pending.values() if p.model_id == model_id and p.kind == "tier"}
+    rank = {"unloaded": 0, "remote": 1, "standby": 2, "resident": 3}
+    best: tuple[int, str] | None = None
+    for worker_id in sorted(candidates):
+        worker = state.cluster.workers.get(worker_id)
+        tier = state.tier_of(model_id, worker_id)
+        if worker is None or not worker.alive or tier == "unloaded":
+            continue
+        if best is None or rank[tier] > best[0]:
+            best = (rank[tier], worker_id)
+    return best[1] if best is not None else None
+
+
+def reconcile(state: ControlState, manifest: Manifest, now: datetime) -> list[Command]:
+    """Place every manifest model that no alive worker holds (first start, a new worker, a lost one)."""
+    live = state.live_workers(now)
+    if not live:
+        return []
+    workers = [state.cluster.workers[w] for w in live]
+    held = holdings(state, manifest)
+    commands: list[Command] = []
+    for spec in order(manifest, state.cluster):
+        if is_placed(state, spec.id):
+            continue
+        avoid = frozenset(w for w in live if state.backoff.get(pending_key(spec.id, w), now) > now)
+        if len(avoid) == len(live):
+            continue  # every worker failed it recently: wait for the back-off
+        need = footprint(spec, state.cluster)
+        worker_id, why = choose(spec, need, workers, held, avoid)
+        if worker_id is None:
+            reason = f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}"
+            commands.append(Refuse(spec.id, reason, code="unplaceable"))
+            continue
+        held.append(Holding(spec.id, worker_id, spec.source, spec.tier.value, need))
+        commands.extend(place(spec, worker_id, state.cluster.manifest_version, "placement", f"place:{spec.id}"))
+    return commands
+
+
+def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
+    """Declared tiers against the manifest's budgets; models sharing a source are counted once."""
+    problems = []
+    for tier in (Tier.RESIDENT, Tier.STANDBY):
+        budget = budget_for(manifest, tier.value)
+        if budget is None:
+            continue
+        by_source: dict[str, tuple[list[str], int]] = {}
+        for spec in manifest.models:
+            if spec.tier is tier:
+                ids, known = by_source.get(spec.source, ([], 0))
+                by_source[spec.source] = ([*ids, spec.id], max(known, footprint(spec, cluster)))
+        total = sum(n for _, n in by_source.values())
+        if total > budget:
+            parts = ", ".join(f"{'+'.join(ids)} {size(n)}" for ids, n in by_source.values())
+            key = budget_key(tier.value)
+            problems.append(
+                f"{tier.value} models need {size(total)} ({parts}) but {key} is {size(budget)}; "
+                f"raise {key} or move models to another tier"
+            )
+    return problems
+
+
+def check_fit(state: ControlState, manifest: Manifest, now: datetime, keep: frozenset[str] = frozenset()) -> list[str]:
+    """Why ``manifest``'s declared tiers cannot fit the budgets and the live workers (empty: they fit).
+
+    Models in ``keep`` stay where they are; every other model is placed as if the
+    workers held only the kept ones.
+    """
+    problems = budget_problems(manifest, state.cluster)
+    live = state.live_workers(now)
+    if not live:
+        return problems  # placement waits for workers
+    workers = [state.cluster.workers[w] for w in live]
+    held = [h for h in holdings(state, manifest) if h.model_id in keep]
+    for spec in order(manifest, state.cluster):
+        if spec.id in keep:
+            continue
+        need = footprint(spec, state.cluster)
+        worker_id, why = choose(spec, need, workers, held)
+        if worker_id is None:
+            problems.append(f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}")
+            continue
+        held.append(Holding(spec.id, worker_id, spec.source, spec.tier.value, need))
+    return problems
+
+
+def resident_total(state: ControlState, manifest: Manifest) -> int:
+    return tier_total(holdings(state, manifest), "resident")

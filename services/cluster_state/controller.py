@@ -1,0 +1,247 @@
+"""The imperative shell around the policies: feed them, run their commands, remember what was sent.
+
+Everything that changes ``ControlState`` runs synchronously on the event loop (a
+recorded event, a heartbeat, a tick, a worker's reply), so the policies always see one
+consistent view and deduplicate against every command already sent. Commands run in
+background tasks: those sharing a group in order, stopping at the first failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from nrt.bus import rpc, subjects
+from nrt.bus.errors import RemoteError
+from nrt.bus.jetstream import EventPublisher
+from nrt.events import Event
+from nrt.manifest import Manifest, ManifestError, parse_manifest
+from nrt.manifest_sources import footprint_of
+from nrt.policies import (
+    Command,
+    Control,
+    ControlState,
+    Emit,
+    Refuse,
+    Sweep,
+    Tick,
+    Trigger,
+    absorb,
+    decide,
+    note_reply,
+    note_sent,
+    saw_heartbeat,
+    settle,
+    with_footprints,
+)
+from nrt.policies.bookkeeping import control_timeout
+from nrt.protocol import ControlReply, WorkerHeartbeat
+from nrt.state import ClusterState
+from nrt.store import RecordedEvent
+
+log = logging.getLogger("nrt.cluster_state")
+
+_heartbeat_decoder = msgspec.json.Decoder(WorkerHeartbeat)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Outcome:
+    """How one group of commands went."""
+
+    group: str
+    ok: bool = True
+    replies: list[ControlReply] = field(default_factory=list)
+    published: list[Event] = field(default_factory=list)
+    error: RemoteError | None = None
+    refused: Refuse | None = None
+
+
+def parse_in_force(text: str, version: int) -> Manifest:
+    """The manifest text from the log, parsed, with footprints the catalogue knows filled in."""
+    return with_footprints(parse_manifest(text, f"manifest v{version}", footprint_of), footprint_of)
+
+
+class Controller:
+    def __init__(self, nc: Client, publisher: EventPublisher, state: ControlState) -> None:
+        self.nc = nc
+        self.publisher = publisher
+        self.state = state
+        self.position = 0  # the log position of the last folded event
+        self.acting = False  # policies run on new events only once the backlog is folded
+        self._manifest: Manifest | None = None
+        self._manifest_digest: str | None = None
+        self._waiters: list[tuple[Callable[[ClusterState], bool], asyncio.Future[ClusterState]]] = []
+        self._tasks: set[asyncio.Task[Outcome]] = set()
+        self._refusals: dict[tuple[str, str], str] = {}
+
+    # -- the view ----------------------------------------------------------------------------
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.state.cluster
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The manifest in force, parsed once per version."""
+        cluster = self.state.cluster
+        if cluster.manifest_text is None:
+            return None
+        if cluster.manifest_digest != self._manifest_digest:
+            try:
+                self._manifest = parse_in_force(cluster.manifest_text, cluster.manifest_version)
+            except ManifestError as exc:  # a log written by another version; keep acting on the last good one
+                log.error("the manifest in force (v%d) does not parse: %s", cluster.manifest_version, exc)
+            self._manifest_digest = cluster.manifest_digest
+        return self._manifest
+
+    def on_recorded(self, recorded: list[RecordedEvent]) -> None:
+        """Fold freshly recorded events and let the policies react to each."""
+        for record in recorded:
+            now = utc_now()
+            self.state = absorb(self.state, record.event, now)
+            self.position = record.position
+            if self.acting:
+                self.react(record.event, now)
+        self._notify()
+
+    def rebuild(self, events: Sequence[RecordedEvent]) -> None:
+        """Fold the log as it is at start, without acting on history."""
+        now = utc_now()
+        for record in events:
+            self.state = absorb(self.state, record.event, now)
+            self.position = record.position
+
+    def _notify(self) -> None:
+        cluster = self.state.cluster
+        for waiter in list(self._waiters):
+            predicate, future = waiter
+            if future.done() or predicate(cluster):
+                self._waiters.remove(waiter)
+                if not future.done():
+                    future.set_result(cluster)
+
+    async def wait_for(self, predicate: Callable[[ClusterState], bool], within: float) -> ClusterState:
+        """Wait until the folded state satisfies ``predicate``; TimeoutError after ``within`` seconds."""
+        if predicate(self.state.cluster):
+            return self.state.cluster
+        future: asyncio.Future[ClusterState] = asyncio.get_running_loop().create_future()
+        waiter = (predicate, future)
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(future, within)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def react(self, trigger: Trigger, now: datetime | None = None) -> dict[str, asyncio.Task[Outcome]]:
+        now = now or utc_now()
+        commands = decide(self.state, self.manifest, trigger, now)
+        return self.execute(commands, now)
+
+    async def on_heartbeat(self, msg: Msg) -> None:
+        try:
+            beat = _heartbeat_decoder.decode(msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("ignoring a heartbeat that does not decode: %s", exc)
+            return
+        self.state = saw_heartbeat(self.state, beat, utc_now())
+
+    def tick(self) -> None:
+        now = utc_now()
+        self.state = settle(self.state, now)
+        self.react(Tick(), now)
+
+    def sweep(self) -> None:
+        self.react(Sweep())
+
+    # -- running commands ----------------------------------------------------------------------
+
+    def execute(self, commands: Sequence[Command], now: datetime | None = None) -> dict[str, asyncio.Task[Outcome]]:
+        """Record ``commands`` as pending and start them; one task per group."""
+        if not commands:
+            return {}
+        self.state = note_sent(self.state, commands, now or utc_now())
+        groups: dict[str, list[Command]] = {}
+        for i, command in enumerate(commands):
+            groups.setdefault(command.group or f"#{i}", []).append(command)
+        tasks = {}
+        for group, members in groups.items():
+            task = asyncio.create_task(self._run_group(group, members), name=f"cluster_state {group}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            tasks[group] = task
+        return tasks
+
+    async def _run_group(self, group: str, commands: list[Command]) -> Outcome:
+        outcome = Outcome(group=group)
+        for command in commands:
+            if isinstance(command, Refuse):
+                self._log_refusal(command)
+                outcome.ok, outcome.refused = False, command
+                break
+            if isinstance(command, Emit):
+                try:
+                    await self.publisher.publish(command.event)
+                except Exception as exc:
+                    log.error("could not publish %s: %s", command.event.type, exc)
+                    outcome.ok, outcome.error = False, RemoteError("publish_failed", str(exc), 503)
+                    break
+                outcome.published.append(command.event)
+                continue
+            reply = await self._control(command)
+            if isinstance(reply, RemoteError):
+                outcome.ok, outcome.error = False, reply
+                break
+            outcome.replies.append(reply)
+        return outcome
+
+    async def _control(self, control: Control) -> ControlReply | RemoteError:
+        command = control.command
+        try:
+            reply = await rpc.request(
+                self.nc, subjects.control(control.worker_id), command, ControlReply, control_timeout(control)
+            )
+        except RemoteError as exc:
+            log.warning(
+                "%s %s on %s failed: %s", command.action, command.session_id or command.model_id, control.worker_id, exc
+            )
+            self.state = note_reply(self.state, control, ok=False, now=utc_now())
+            return exc
+        log.info(
+            "%s %s on %s: %s in %.0f ms",
+            command.action,
+            command.session_id or command.model_id,
+            control.worker_id,
+            reply.tier,
+            reply.elapsed_ms,
+        )
+        self.state = note_reply(self.state, control, ok=True, now=utc_now())
+        return reply
+
+    def _log_refusal(self, refusal: Refuse) -> None:
+        key = (refusal.model_id, refusal.code)
+        if self._refusals.get(key) != refusal.reason:  # say it once, not every tick
+            self._refusals[key] = refusal.reason
+            log.warning("%s: %s", refusal.code, refusal.reason)
+
+    async def settle_tasks(self) -> None:
+        """Wait for every command task started so far (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,158 @@
+"""Record the JetStream event stream in PostgreSQL: durable, in order, exactly once in the log.
+
+A durable pull consumer delivers the stream in sequence order. Each fetched batch is
+appended with ``EventStore.append`` in one transaction together with the stream
+sequence of its last message (``consumer_checkpoints``); only then are the messages
+acknowledged. A crash before the commit redelivers the batch; a crash after the commit
+but before the ack redelivers events the store already holds, which it skips by event
+id. Either way the log gets every event once, in stream order.
+
+On every start the consumer is positioned right after the checkpoint, so the log
+neither misses nor repeats what the stream holds, and nothing a killed predecessor had
+fetched waits for a redelivery behind newer events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from nrt.bus import subjects
+from nrt.bus.jetstream import ensure_events_stream
+from nrt.events import Event, EventDecodeError, decode
+from nrt.store import Checkpoint, EventStore, RecordedEvent
+
+log = logging.getLogger("nrt.cluster_state.recorder")
+
+CONSUMER = "cluster_state"
+ACK_WAIT_S = 60.0
+
+OnRecorded = Callable[[list[RecordedEvent]], None]
+
+
+class Recorder:
+    def __init__(
+        self,
+        nc: Client,
+        store: EventStore,
+        on_recorded: OnRecorded,
+        *,
+        consumer: str = CONSUMER,
+        batch: int = 1_000,
+        poll_s: float = 0.1,
+    ) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.store = store
+        self.on_recorded = on_recorded
+        self.consumer = consumer
+        self.batch = batch
+        self.poll_s = poll_s
+        self.caught_up = asyncio.Event()  # set after the first fetch that finds nothing new
+        self.sequence = 0  # the stream sequence of the last recorded message
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    async def start(self) -> None:
+        await ensure_events_stream(self.js)
+        await self._ensure_consumer()
+        self._sub = await self.js.pull_subscribe_bind(durable=self.consumer, stream=subjects.EVENTS_STREAM)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _ensure_consumer(self) -> None:
+        """(Re)create the durable consumer right after the last sequence the log recorded.
+
+        PostgreSQL is the authority on how far the stream was recorded: the checkpoint is
+        committed with the events. Re-positioning the consumer there on every start drops
+        whatever a killed predecessor had fetched but not acknowledged, so nothing waits
+        for a redelivery that would arrive after newer events.
+        """
+        checkpoint = await self.store.checkpoint(self.consumer)
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(subjects.EVENTS_STREAM, self.consumer)
+        stream = await self.js.stream_info(subjects.EVENTS_STREAM)
+        first, last = stream.state.first_seq, stream.state.last_seq
+        config = ConsumerConfig(
+            durable_name=self.consumer,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT_S,
+            max_ack_pending=self.batch * 2,
+            filter_subject=subjects.EVENTS_ALL,
+        )
+        if checkpoint > last:
+            # the stream is not the one we recorded (recreated): read all of it; known event ids are skipped
+            log.warning(
+                "checkpoint %d is past the stream's end (%d): reading the stream from its start", checkpoint, last
+            )
+            config.deliver_policy = DeliverPolicy.ALL
+        elif checkpoint > 0:
+            if checkpoint + 1 < first:
+                log.error(
+                    "stream sequences %d..%d are gone from the stream; they cannot be recorded",
+                    checkpoint + 1,
+                    first - 1,
+                )
+            config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+            config.opt_start_seq = max(checkpoint + 1, first)
+        else:
+            config.deliver_policy = DeliverPolicy.ALL
+        await self.js.add_consumer(subjects.EVENTS_STREAM, config)
+        self.sequence = checkpoint
+        log.info(
+            "consumer %s reads the stream from sequence %d (log checkpoint %d)",
+            self.consumer,
+            config.opt_start_seq or first,
+            checkpoint,
+        )
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        assert self._sub is not None, "start() first"
+        backoff = 0.5
+        while not stopping.is_set():
+            try:
+                messages = await self._sub.fetch(self.batch, timeout=self.poll_s)
+            except TimeoutError:
+                messages = []
+            if not messages:
+                self.caught_up.set()
+                continue
+            while not stopping.is_set():
+                try:
+                    await self._record(messages)
+                    backoff = 0.5
+                    break
+                except Exception:
+                    log.exception("recording %d events failed; retrying in %.1fs", len(messages), backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+            if len(messages) < self.batch:
+                self.caught_up.set()
+
+    async def _record(self, messages: list[Msg]) -> None:
+        events: list[Event] = []
+        for msg in messages:
+            try:
+                events.append(decode(msg.data))
+            except EventDecodeError as exc:
+                log.error("not recording the message at stream sequence %d: %s", msg.metadata.sequence.stream, exc)
+        last = messages[-1].metadata.sequence.stream
+        result = await self.store.append(events, checkpoint=Checkpoint(consumer=self.consumer, sequence=last))
+        self.sequence = last
+        for msg in messages:
+            await msg.ack()
+        if result.duplicates:
+            log.info("skipped %d events already in the log (redelivered)", result.duplicates)
+        if result.recorded:
+            self.on_recorded(result.recorded)

@@ -1,0 +1,170 @@
+"""cluster_state driving the real specialist worker: placement, warming, budgets, session LRU, lost workers.
+
+The workers are the real service code with real tiny ONNX models (each specialist on its
+own copy of the tiny Llama export, so every model has bytes of its own). The events a
+router and a gateway would publish (RouterFired, RequestCompleted) are published by the
+test; everything else is cluster_state and the worker talking over NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from nats.aio.client import Client
+from worker_helpers import ALL_PLACED, FAST, fired, generate, placed_as, tier_changes, tiers, used, worker_manifest
+
+from conftest import StartService, Workers
+from nrt.bus import rpc, subjects
+from nrt.bus.errors import RemoteError
+from nrt.bus.jetstream import EventPublisher
+from nrt.events import SessionKvEvicted, WorkerLost
+from nrt.protocol import PromoteModel, PromoteResult
+from nrt.store import EventStore
+
+
+async def test_models_are_placed_on_the_live_worker_at_their_declared_tiers(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
+    state = await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    assert all(p.bytes_held > 0 for m in state.models.values() for p in m.placements.values())
+    placed = await event_store.query(types=["ModelPlaced"])
+    assert sorted((r.event.model_id, r.event.tier) for r in placed) == [  # type: ignore[union-attr]
+        ("billing", "resident"),
+        ("legal", "standby"),
+        ("router", "resident"),
+        ("technical", "resident"),
+    ]
+    changes = await tier_changes(event_store)
+    assert ("legal", "unloaded", "standby", "placement") in changes
+    assert ("router", "standby", "resident", "placement") in changes
+    chunks = await generate(nc, "billing")  # the placed model serves
+    assert chunks[-1].finish_reason in ("stop", "length")
+
+
+async def test_a_router_hit_warms_the_co_activated_model_once_demoting_the_lru_one(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, gpu="3GB"), tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    publisher = EventPublisher(nc)
+    await publisher.publish(used("technical"))
+    await publisher.publish(used("billing"))  # technical is now the least recently used non-critical resident
+    await publisher.publish(used("router"))
+    for _ in range(5):  # a burst of router hits: one promotion
+        await publisher.publish(fired())
+    expected = {**ALL_PLACED, "legal": {"w1": "resident"}, "technical": {"w1": "standby"}}
+    await service.controller.wait_for(placed_as(expected), within=30)
+    await asyncio.sleep(1.0)  # any duplicate promotion would be recorded by now
+    changes = await tier_changes(event_store)
+    warm = [c for c in changes if c[3] in ("co_activation", "budget_pressure")]
+    assert warm == [
+        ("technical", "resident", "standby", "budget_pressure"),
+        ("legal", "standby", "resident", "co_activation"),
+    ]
+
+
+async def test_budget_pressure_never_demotes_a_critical_model_the_promotion_is_refused_with_numbers(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    manifest = worker_manifest(llama_copies, critical=("router", "billing", "technical"))
+    service = await start_cluster_state(manifest_text=manifest, tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    with pytest.raises(RemoteError) as refused:
+        await rpc.request(nc, subjects.PROMOTE, PromoteModel(model_id="legal"), PromoteResult, timeout=30)
+    assert refused.value.status == 503
+    assert refused.value.code == "budget_exhausted"
+    assert "cannot make legal resident (1 GB): residents would hold 4 GB of gpu_budget 3 GB" in refused.value.message
+    assert "billing, router, technical are critical" in refused.value.message
+    assert tiers(service.controller.cluster) == ALL_PLACED
+    # with room in the budget the same request promotes it
+    with pytest.raises(RemoteError) as unknown:
+        await rpc.request(nc, subjects.PROMOTE, PromoteModel(model_id="nope"), PromoteResult, timeout=30)
+    assert unknown.value.status == 404
+
+
+async def test_promote_request_demotes_the_lru_model_and_answers_when_done(
+    nc: Client, workers: Workers, start_cluster_state: StartService, llama_copies: Callable[[str], str]
+) -> None:
+    await workers.start("w1")
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    await EventPublisher(nc).publish(used("technical"))
+    await service.controller.wait_for(lambda s: s.models["technical"].last_used_at is not None, within=10)
+    result = await rpc.request(nc, subjects.PROMOTE, PromoteModel(model_id="legal"), PromoteResult, timeout=30)
+    assert (result.model_id, result.worker_id, result.tier, result.demoted) == ("legal", "w1", "resident", ("billing",))
+    await service.controller.wait_for(placed_as({"legal": {"w1": "resident"}, "billing": {"w1": "standby"}}), within=10)
+
+
+async def test_an_idle_session_loses_its_kv_on_the_worker_and_a_young_one_keeps_it(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    lru = "{idle_threshold: 1s, min_lifetime: 3s, sweep_interval: 0.5s}"
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, lru=lru), tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    await generate(nc, "billing", session_id="old")
+    await service.controller.wait_for(lambda s: "old" in s.sessions and s.sessions["old"].kv_bytes > 0, within=10)
+    await asyncio.sleep(2.5)
+    await generate(nc, "billing", session_id="young")  # idle soon, but younger than min_lifetime
+    state = await service.controller.wait_for(lambda s: s.sessions["old"].kv_evicted, within=10)
+    await asyncio.sleep(1.5)  # "young" is now idle past the threshold, but only ~1.5s old
+    state = service.controller.cluster
+    assert state.sessions["old"].kv_evicted
+    assert not state.sessions["young"].kv_evicted
+    assert state.sessions["young"].kv_bytes > 0
+    evicted = [r.event for r in await event_store.query(types=["SessionKvEvicted"])]
+    assert [(e.session_id, e.reason) for e in evicted if isinstance(e, SessionKvEvicted)] == [("old", "idle")]
+    assert tiers(state)["billing"] == {"w1": "resident"}  # the weights stay resident
+    # the next turn of the evicted session still works (prefilled again)
+    assert (await generate(nc, "billing", session_id="old"))[-1].finish_reason in ("stop", "length")
+
+
+async def test_a_worker_that_stops_heartbeating_is_lost_and_its_models_move(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    w2 = await workers.start("w2")
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, gpu="8GB"), tuning=FAST)
+    state = await service.controller.wait_for(
+        lambda s: (
+            len(tiers(s)) == 4 and all(t in ("resident", "standby") for m in tiers(s).values() for t in m.values())
+        ),
+        within=60,
+    )
+    on_w2 = sorted(m for m, where in tiers(state).items() if "w2" in where)
+    assert on_w2, "placement spreads the models over both workers"
+    await w2.crash()
+    expected = {m: {"w1": ALL_PLACED[m]["w1"]} for m in ALL_PLACED}
+    state = await service.controller.wait_for(placed_as(expected), within=30)
+    assert not state.workers["w2"].alive
+    lost = [r.event for r in await event_store.query(types=["WorkerLost"])]
+    assert [(e.worker_id, e.reason) for e in lost if isinstance(e, WorkerLost)] == [("w2", "heartbeat_timeout")]
+    moved = [r.event for r in await event_store.query(types=["ModelPlaced"])][-len(on_w2) :]
+    assert sorted(e.model_id for e in moved) == on_w2  # type: ignore[union-attr]
+    assert {e.worker_id for e in moved} == {"w1"}  # type: ignore[union-attr]
