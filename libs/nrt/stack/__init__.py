@@ -1,0 +1,1 @@
+"""Running the whole stack on one machine: ``nrt up``."""

@@ -1,0 +1,104 @@
+"""`nrt up` end to end: a routed, streamed answer through the official openai client, the
+events in PostgreSQL, and a clean stop that leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+from openai import OpenAI
+
+from conftest import alive, descendants
+from nrt.infra.pgurl import to_libpq
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = """\
+cluster: tiny-demo
+resources: {gpu_budget: 1GB, ram_budget: 1GB}
+models:
+  router: {source: "catalogue://tiny-llama", tier: resident, priority: critical}
+  specialists:
+    - {id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}
+    - {id: legal, source: "catalogue://tiny-llama", tier: standby}
+routing:
+  entry: router
+  dispatch_rule: router.output.intent -> specialists.{intent}
+"""
+
+
+def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(start_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "tiny.yaml"
+    manifest.write_text(TINY)
+    stack = start_stack(manifest)
+    client = OpenAI(base_url=f"{stack.url}/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="router",
+        messages=[{"role": "user", "content": "I was charged twice this month"}],
+        max_tokens=8,
+        stream=True,
+    )
+    tool_calls, text, finish, request_id = [], "", None, None
+    for chunk in stream:
+        request_id = chunk.id.removeprefix("chatcmpl-")
+        for choice in chunk.choices:
+            tool_calls.extend(choice.delta.tool_calls or [])
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert finish in ("stop", "length")
+    assert len(tool_calls) == 1
+    call = tool_calls[0]
+    assert call.function.name == "dispatch_to_specialist"
+    arguments = json.loads(call.function.arguments)
+    assert arguments["target"] in ("billing", "legal")
+    assert text
+
+    with psycopg.connect(to_libpq(stack.endpoints.database_url)) as conn:
+        rows = conn.execute(
+            "SELECT type FROM events WHERE stream_id = %s ORDER BY position", (f"request:{request_id}",)
+        ).fetchall()
+        types = [r[0] for r in rows]
+        assert types[0] == "RequestAdmitted"
+        assert "RouterFired" in types
+        assert "RequestDispatched" in types
+        assert types[-1] == "RequestCompleted"
+        applied = conn.execute("SELECT count(*) FROM events WHERE type = 'ManifestApplied'").fetchone()
+        assert applied == (1,)
+        tiers = conn.execute("SELECT count(*) FROM events WHERE type = 'TierChanged'").fetchone()
+        assert tiers is not None
+        assert tiers[0] >= 3
+
+    children = descendants(stack.process.pid)
+    assert len(children) >= 6  # nats-server, postgres, the four services
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.process.wait(60) == 0
+    survivors = [pid for pid in children if alive(pid)]
+    assert survivors == [], f"processes left behind: {survivors}"
+    assert "nrt up: stopped" in stack.log.read_text()
+
+
+def _readme_curl() -> str:
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"```bash\n(curl -N http://127\.0\.0\.1:8080/v1/chat/completions.+?)\n```", readme, re.DOTALL)
+    assert match, "the README must show a curl example against http://127.0.0.1:8080"
+    return match.group(1).replace("\\\n", " ")
+
+
+@pytest.mark.slow
+def test_the_readme_curl_example_gets_a_routed_answer_from_real_models(start_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = start_stack(ROOT / "manifests" / "customer-support.yaml")
+    command = _readme_curl().replace("http://127.0.0.1:8080", stack.url)
+    done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=300, check=True)
+    frames = [line.removeprefix("data: ") for line in done.stdout.splitlines() if line.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    calls = [c for chunk in chunks for choice in chunk["choices"] for c in choice["delta"].get("tool_calls") or []]
+    assert calls[0]["function"]["name"] == "dispatch_to_specialist"
+    assert json.loads(calls[0]["function"]["arguments"])["target"] == "billing"
+    answer = "".join(choice["delta"].get("content") or "" for chunk in chunks for choice in chunk["choices"])
+    assert len(answer.split()) >= 3, answer
