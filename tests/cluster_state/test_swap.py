@@ -46,9 +46,9 @@ def completed(request_id: str, version: int = 1) -> RequestCompleted:
     )
 
 
-async def apply(nc: Client, text: str, timeout: float = 60) -> ApplyResult:
+async def apply(nc: Client, text: str) -> ApplyResult:
     return await rpc.request(
-        nc, subjects.MANIFEST_APPLY, ApplyManifest(text=text, requested_by="test"), ApplyResult, timeout
+        nc, subjects.MANIFEST_APPLY, ApplyManifest(text=text, requested_by="test"), ApplyResult, 60
     )
 
 
