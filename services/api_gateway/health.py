@@ -6,10 +6,12 @@ import msgspec
 from litestar import Response, get
 from litestar.di import NamedDependency
 
+from api_gateway.errors import ApiError
 from api_gateway.openai_types import Readiness
 from api_gateway.runtime import Runtime
 from nrt.bus import rpc
 from nrt.bus.errors import RemoteError
+from nrt.routing import serving_workers
 from nrt.service import Health, HealthQuery, health_subject
 
 ROUTER_SERVICE = "router_svc"
@@ -25,7 +27,7 @@ async def healthz() -> Healthz:
     return Healthz(status="ok")
 
 
-@get("/readyz", summary="Readiness: NATS connected, router_svc reachable, a manifest known")
+@get("/readyz", summary="Readiness: NATS connected, router_svc reachable, a manifest in force, its models served")
 async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
     checks = await readiness_checks(runtime)
     ready = all(v == "ok" for v in checks.values())
@@ -37,13 +39,21 @@ async def readiness_checks(runtime: Runtime) -> dict[str, str]:
     bus = runtime.bus
     if bus is None or not bus.nc.is_connected:
         reason = f"not connected to {runtime.settings.nats_url}"
-        return {"nats": reason, "router": "unknown (no NATS)", "manifest": "unknown (no NATS)"}
+        unknown = "unknown (no NATS)"
+        return {"nats": reason, "router": unknown, "manifest": unknown, "models": unknown}
     checks = {"nats": "ok"}
     try:
         await rpc.request(bus.nc, health_subject(ROUTER_SERVICE), HealthQuery(), Health, timeout=PROBE_TIMEOUT)
         checks["router"] = "ok"
     except RemoteError as exc:
         checks["router"] = exc.message
-    version = bus.follower.state.manifest_version
-    checks["manifest"] = "ok" if version > 0 else "no manifest applied yet"
+    state = bus.follower.state
+    try:
+        manifest = bus.gate.manifest()
+    except ApiError as exc:
+        checks["manifest"] = checks["models"] = exc.message
+        return checks
+    checks["manifest"] = "ok"
+    waiting = [spec.id for spec in manifest.models if not serving_workers(state, spec.id)]
+    checks["models"] = "ok" if not waiting else f"no live worker serves {', '.join(waiting)} yet"
     return checks

@@ -159,10 +159,16 @@ class Worker:
             spec = self.spec(model_id)
             target = resolve(source, spec.remote_model if spec else None, spec.api_key_env if spec else None)
             steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
+            # Subscribed before any tier is announced: once the log says a worker holds the
+            # model, a request for it reaches one (it waits on this lock while we promote).
+            await self._subscribe(model_id)
             if tier == "resident":
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
             for step in steps:
                 self._tier_event(step, reason)
+        return steps
+
+    async def _subscribe(self, model_id: str) -> None:
         if model_id not in self._subscriptions:
             self._subscriptions[model_id] = await rpc.serve_stream(
                 self.nc,
@@ -171,7 +177,6 @@ class Worker:
                 self.infer,
                 queue=subjects.INFER_QUEUE,
             )
-        return steps
 
     async def ensure_resident(self, model_id: str, reason: str, cold_start: bool) -> float | None:
         """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready."""

@@ -133,12 +133,15 @@ async def serve_router(
     return asyncio.create_task(run_router(ctx, settings)), ctx, sub
 
 
-async def wait_ready(base_url: str, within: float = 20.0) -> None:
+async def wait_ready(base_url: str, within: float = 20.0, partial: bool = False) -> None:
+    """Until /readyz is green; ``partial``: until every check but the models one is (some are placed nowhere)."""
     deadline = time.monotonic() + within
     async with httpx.AsyncClient(base_url=base_url, timeout=2) as http:
         while True:
             try:
-                if (await http.get("/readyz")).status_code == 200:
+                ready = await http.get("/readyz")
+                checks = ready.json()["checks"]
+                if ready.status_code == 200 or (partial and all(v == "ok" for k, v in checks.items() if k != "models")):
                     return
             except httpx.TransportError:
                 pass
@@ -196,7 +199,7 @@ async def start_stack(
         [router_task, gateway_task],
     )
     try:
-        await wait_ready(base_url)
+        await wait_ready(base_url, partial=loads is not None)
         await worker.manifest.wait_for(lambda s: s.manifest_version >= 1, within=10)
         yield stack
     finally:

@@ -120,3 +120,7 @@ async def test_a_declared_model_that_no_worker_serves_is_a_503(nats_url: str, nr
         request_id = caught.value.response.headers["x-nrt-request-id"]
         failed = await failed_event(stack, request_id)
         assert (failed.code, failed.status) == ("model_unavailable", 503)
+        async with stack.http() as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["models"] == "no live worker serves technical yet"
