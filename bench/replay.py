@@ -1,0 +1,166 @@
+"""Replay benchmark: replay speed over a long log, and how its cost grows.
+
+Generates ``--events`` events of realistic traffic (``nrt.testing.traffic``) and appends
+them in batches through ``EventStore.append`` (the real append path: hash chain, COPY),
+streaming the generator so the log is never held in memory. Then replays the log as
+``nrt replay`` does: ``EventStore.read_positions`` pages in position order, decode, and
+the pure ``evolve`` fold, timing every ``--slice`` of events. Per slice it prints the time,
+events/s and the ratio of that slice's time per event to the first slice's (linear growth
+keeps every ratio near 1.0). Overall it prints the replay rate against the floor, measured
+in the same run: a raw psycopg read of the same rows' payload (``SELECT body::text`` through
+a server-side cursor, no decode, no fold). Each slice and the totals are the best of
+``--rounds`` rounds; floor and replay alternate within a round.
+
+    python -m bench.replay [--events 1000000] [--slice 100000] [--batch 1000] [--page 10000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import resource
+import time
+from collections.abc import Iterator
+
+import psycopg
+
+from bench.common import Timer, fresh_database, postgres, report
+from nrt.events import Event
+from nrt.infra.pgurl import to_libpq
+from nrt.state import ClusterState, evolve
+from nrt.store import EventStore
+from nrt.testing.traffic import traffic
+
+
+def _batches(events: Iterator[Event], size: int) -> Iterator[list[Event]]:
+    """``events`` in lists of ``size``, one list alive at a time."""
+    while batch := list(itertools.islice(events, size)):
+        yield batch
+
+
+def _slices(n_events: int, size: int) -> list[int]:
+    """The number of events in each slice: ``size`` each, the last one possibly short."""
+    return [min(size, n_events - start) for start in range(0, n_events, size)]
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+async def _generate(url: str, n_events: int, batch: int) -> float:
+    """Append ``n_events`` of traffic through ``EventStore.append``; the seconds it took."""
+    store = EventStore.connect(url)
+    timer = Timer()
+    try:
+        with timer.run():
+            for events in _batches(traffic(n_events), batch):
+                await store.append(events)
+        head = await store.head()
+    finally:
+        await store.close()
+    assert head == n_events, f"the log holds {head} events, expected {n_events}"
+    return timer.seconds
+
+
+async def _replay(url: str, sizes: list[int], page: int) -> list[float]:
+    """Replay as ``nrt replay`` does (``nrt.cli.audit.replay_log``); seconds per slice."""
+    store = EventStore.connect(url, pool_size=2)
+    try:
+        await store.head()  # open the pooled connection outside the timed part
+        boundaries = list(itertools.accumulate(sizes))
+        times: list[float] = []
+        state, position, next_boundary = ClusterState(), 0, boundaries[0]
+        started = time.perf_counter()
+        async for record in store.read_positions(1, None, page=page):
+            state = evolve(state, record.event)
+            position = record.position
+            if position == next_boundary:
+                now = time.perf_counter()
+                times.append(now - started)
+                started = now
+                next_boundary = boundaries[len(times)] if len(times) < len(boundaries) else -1
+    finally:
+        await store.close()
+    assert state.events_applied == position == boundaries[-1], f"replayed {state.events_applied} events"
+    assert len(times) == len(sizes)
+    return times
+
+
+async def _floor(url: str, sizes: list[int], page: int) -> list[float]:
+    """Raw psycopg read of every row's payload in position order; seconds per slice."""
+    times: list[float] = []
+    async with await psycopg.AsyncConnection.connect(to_libpq(url)) as conn, conn.transaction():
+        cursor = conn.cursor(name="replay_floor")
+        try:
+            await cursor.execute("SELECT body::text FROM events ORDER BY position")
+            for size in sizes:
+                started, read = time.perf_counter(), 0
+                while read < size:
+                    rows = await cursor.fetchmany(min(page, size - read))
+                    if not rows:
+                        raise AssertionError(f"the floor ran out of rows after {sum(sizes[: len(times)]) + read}")
+                    read += len(rows)
+                times.append(time.perf_counter() - started)
+        finally:
+            await cursor.close()
+    return times
+
+
+def _best(rounds: list[list[float]]) -> list[float]:
+    return [min(column) for column in zip(*rounds, strict=True)]
+
+
+async def main(n_events: int, slice_size: int, batch: int, page: int, rounds: int) -> None:
+    sizes = _slices(n_events, slice_size)
+    print(
+        f"replay: {n_events:,} events in slices of {slice_size:,}, appended in batches of {batch:,}, "
+        f"read in pages of {page:,}, best of {rounds} rounds",
+        flush=True,
+    )
+    with postgres() as server, fresh_database(server) as url:
+        append_s = await _generate(url, n_events, batch)
+        print(
+            f"generated the log through EventStore.append in {append_s:.1f} s "
+            f"({n_events / append_s:,.0f} events/s); peak RSS {_peak_rss_mib():,.0f} MiB",
+            flush=True,
+        )
+        floor_rounds: list[list[float]] = []
+        replay_rounds: list[list[float]] = []
+        for _ in range(rounds):
+            floor_rounds.append(await _floor(url, sizes, page))
+            replay_rounds.append(await _replay(url, sizes, page))
+    floor_times, replay_times = _best(floor_rounds), _best(replay_rounds)
+
+    first_per_event = replay_times[0] / sizes[0]
+    print(f"{'slice (positions)':<26} {'replay s':>9} {'events/s':>12} {'vs slice 1':>11} {'vs floor':>9}")
+    start = 1
+    for size, replay_s, floor_s in zip(sizes, replay_times, floor_times, strict=True):
+        label = f"{start:,}-{start + size - 1:,}"
+        growth = (replay_s / size) / first_per_event
+        print(f"{label:<26} {replay_s:>9.3f} {size / replay_s:>12,.0f} {growth:>11.2f} {replay_s / floor_s:>8.1f}x")
+        start += size
+    growths = [(t / n) / first_per_event for t, n in zip(replay_times, sizes, strict=True)]
+    print(f"slice time / slice 1 time: min {min(growths):.2f}, max {max(growths):.2f} (linear: all near 1.0)")
+
+    # The whole log in one pass, best of the rounds (not the sum of the best slices).
+    floor_rate = n_events / min(sum(r) for r in floor_rounds)
+    replay_rate = n_events / min(sum(r) for r in replay_rounds)
+    report("raw psycopg SELECT body::text (floor)", floor_rate, "events/s")
+    report("replay: read_positions + decode + fold", replay_rate, "events/s", replay_rate / floor_rate, "read floor")
+    append_rate = n_events / append_s
+    report("EventStore.append (log generation)", append_rate, "events/s", append_rate / replay_rate, "replay")
+    report("peak RSS of the benchmark process", _peak_rss_mib(), "MiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--slice", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=1_000, help="events per EventStore.append")
+    parser.add_argument("--page", type=int, default=10_000, help="rows per read page (nrt replay reads 10,000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.events < 1 or args.slice < 1 or args.batch < 1 or args.page < 1 or args.rounds < 1:
+        parser.error("--events, --slice, --batch, --page and --rounds must be positive")
+    asyncio.run(main(args.events, args.slice, args.batch, args.page, args.rounds))
