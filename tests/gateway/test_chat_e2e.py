@@ -317,7 +317,10 @@ async def test_cluster_manifest_health_readiness_and_openapi(stack: Stack) -> No
     assert manifest["text"] == stack.manifest.text
     assert healthz.json() == {"status": "ok"}
     assert readyz.status_code == 200
-    assert readyz.json() == {"status": "ready", "checks": {"nats": "ok", "router": "ok", "manifest": "ok", "models": "ok"}}
+    assert readyz.json() == {
+        "status": "ready",
+        "checks": {"nats": "ok", "router": "ok", "manifest": "ok", "models": "ok"},
+    }
     chat = schema["paths"]["/v1/chat/completions"]["post"]
     assert "ChatCompletionRequest" in json.dumps(chat["requestBody"])
     assert {"/v1/models", "/v1/cluster", "/v1/manifest", "/healthz", "/readyz"} <= set(schema["paths"])
