@@ -5,8 +5,13 @@
    by a client over NATS (request published -> chunks received); target ratio >= 0.9.
 2. Aggregate decode throughput through the worker at 1, 4 and 8 concurrent requests
    (the worker batches the decode steps of concurrent requests).
-3. Peer: the same model's GGUF under llama-cpp-python (what a user might run instead),
+3. Sessions: time to first token of a conversation's second turn when the worker kept the
+   first turn's KV cache (it prefills only the new tokens) vs the same prompt without it.
+4. Peer: the same model's GGUF under llama-cpp-python (what a user might run instead),
    when llama_cpp is installed and the model has a GGUF (gemma3-270m).
+
+The floor and the worker are measured in alternating rounds, best of each, so that a
+noisy neighbour slows both rather than one of them.
 
     python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64]
 """
@@ -22,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from nats.aio.client import Client
+
 from bench.common import report
 from nrt.bus import rpc, subjects
 from nrt.bus.connection import connect
@@ -33,6 +40,15 @@ from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRe
 from nrt.settings import models_dir
 
 PROMPT = "The history of the city of Paris begins"
+ROUNDS = 5
+DOCUMENT = " ".join(
+    [
+        "Paris grew from a settlement of the Parisii on an island in the Seine.",
+        "The Romans called it Lutetia and built baths, an arena and a forum on the left bank.",
+        "In the Middle Ages it became the seat of the French kings and a centre of learning.",
+        "Baron Haussmann rebuilt much of the city in the nineteenth century with wide boulevards.",
+    ]
+)
 
 
 @contextlib.contextmanager
@@ -50,45 +66,71 @@ def artifact(name: str) -> Iterator[Path]:
         yield build_tiny_llama(Path(tmp) / "tiny-llama")
 
 
-def bare(path: Path, n: int) -> tuple[float, float, list[int]]:
-    """(ttft_ms, decode tokens/s, tokens) of the bare loop; best of three."""
-    model = CausalLM.load(path)
-    session = build_session(load_weights(path))
-    ids = model.encode(PROMPT)
-    bare_greedy(session, ids, 4)  # warm-up
-    best_ttft, best_total = float("inf"), float("inf")
-    tokens: list[int] = []
-    for _ in range(3):
+class Bare:
+    """The bare ONNX Runtime loop over ``path``, one round at a time."""
+
+    def __init__(self, path: Path) -> None:
+        model = CausalLM.load(path)
+        self.session = build_session(load_weights(path))
+        self.ids = model.encode(PROMPT)
+        bare_greedy(self.session, self.ids, 4)  # warm-up
+
+    def round(self, n: int) -> tuple[float, float]:
+        """(ttft_ms, decode tokens/s) of one prompt: a one-token run, then an ``n``-token run."""
         started = time.perf_counter()
-        bare_greedy(session, ids, 1)
-        best_ttft = min(best_ttft, time.perf_counter() - started)
+        bare_greedy(self.session, self.ids, 1)
+        ttft = time.perf_counter() - started
         started = time.perf_counter()
-        tokens = bare_greedy(session, ids, n)
-        best_total = min(best_total, time.perf_counter() - started)
-    decode_s = max(best_total - best_ttft, 1e-9)
-    return best_ttft * 1e3, (n - 1) / decode_s, tokens
+        bare_greedy(self.session, self.ids, n)
+        total = time.perf_counter() - started
+        return ttft * 1e3, (n - 1) / max(total - ttft, 1e-9)
 
 
-async def through_worker(nc: object, model_id: str, n: int, session: int = 0) -> tuple[float, float, int]:
-    """(ttft_ms, decode tokens/s, tokens) of one streamed request, measured by the client."""
+async def through_worker(
+    nc: Client, model_id: str, n: int, tag: object = 0, prompt: str = PROMPT, session_id: str | None = None
+) -> tuple[float, float, int, str]:
+    """(ttft_ms, decode tokens/s, tokens, text) of one streamed request, measured by the client."""
     request = GenerateRequest(
-        request_id=f"bench-{session}",
+        request_id=f"bench-{tag}",
         model_id=model_id,
         manifest_version=0,
-        prompt=PROMPT,
+        prompt=prompt,
         params=SamplingParams(max_tokens=n, temperature=0.0),
+        session_id=session_id,
     )
     started = time.perf_counter()
     first = last = 0.0
     count = 0
-    async for chunk in rpc.stream(nc, subjects.infer(model_id), request, GenerateChunk, 120, 60):  # type: ignore[arg-type]
+    text = ""
+    async for chunk in rpc.stream(nc, subjects.infer(model_id), request, GenerateChunk, 120, 60):
+        text += chunk.text
         if chunk.token_ids:
             now = time.perf_counter()
             first = first or now
             last = now
             count += len(chunk.token_ids)
     decode = (count - 1) / (last - first) if count > 1 and last > first else 0.0
-    return (first - started) * 1e3, decode, count
+    return (first - started) * 1e3, decode, count, text
+
+
+async def session_turns(nc: Client, model_id: str, repeats: int) -> None:
+    """Turn 2 of a conversation with the worker's KV cache of turn 1, vs the same prompt cold."""
+    turn1 = " ".join([DOCUMENT] * repeats) + "\nQuestion: Where does the story begin?\nAnswer:"
+    cached, cold = float("inf"), float("inf")
+    for i in range(3):
+        session = f"bench-session-{i}"
+        _, _, _, answer = await through_worker(nc, model_id, 16, f"t1-{i}", turn1, session)
+        turn2 = turn1 + answer + "\nQuestion: And how does it end?\nAnswer:"
+        cached = min(cached, (await through_worker(nc, model_id, 1, f"t2-{i}", turn2, session))[0])
+        cold = min(cold, (await through_worker(nc, model_id, 1, f"cold-{i}", turn2))[0])
+    report("session turn 2, no KV cache: time to first token", cold, "ms")
+    report(
+        "session turn 2, KV cache kept: time to first token",
+        cached,
+        "ms",
+        cold / cached,
+        "no cache (higher is better)",
+    )
 
 
 async def main(model: str, n: int) -> None:
@@ -101,7 +143,7 @@ async def main(model: str, n: int) -> None:
         nats_server(nats_dir, env_var=None, use_docker=False) as url,
     ):
         print(f"worker benchmark: {model} ({path}), {n} greedy tokens, prompt {PROMPT!r}", flush=True)
-        bare_ttft, bare_tps, bare_tokens = await asyncio.to_thread(bare, path, n)
+        floor = await asyncio.to_thread(Bare, path)
         nc = await connect(url, "bench-worker")
         await ensure_events_stream(nc.jetstream())
         worker = Worker(nc, detect(), worker_id="bench")
@@ -115,9 +157,12 @@ async def main(model: str, n: int) -> None:
                 timeout=600,
             )
             await through_worker(nc, "m", 4)  # warm-up
-            runs = [await through_worker(nc, "m", n) for _ in range(3)]
-            ttft = min(r[0] for r in runs)
-            tps = max(r[1] for r in runs)
+            bare_runs, worker_runs = [], []
+            for _ in range(ROUNDS):
+                bare_runs.append(await asyncio.to_thread(floor.round, n))
+                worker_runs.append((await through_worker(nc, "m", n))[:2])
+            bare_ttft, bare_tps = min(r[0] for r in bare_runs), max(r[1] for r in bare_runs)
+            ttft, tps = min(r[0] for r in worker_runs), max(r[1] for r in worker_runs)
             report("bare ONNX Runtime loop: time to first token", bare_ttft, "ms")
             report(
                 "worker over NATS: time to first token",
@@ -143,11 +188,11 @@ async def main(model: str, n: int) -> None:
                     aggregate / single,
                     "1 concurrent",
                 )
+            await session_turns(nc, "m", 1 if model == "tiny-llama" else 6)  # tiny-llama: 512 byte tokens
             peer(model, n, tps, ttft)
         finally:
             await worker.stop()
             await nc.close()
-        del bare_tokens
 
 
 def peer(model: str, n: int, worker_tps: float, worker_ttft: float) -> None:
