@@ -67,25 +67,30 @@ def classify_encoder(encoder: Encoder, centroids: FloatArray, labels: Sequence[s
 
 
 def classify_causal(model: CausalLM, labels: Sequence[str], text: str, prompt: str = DEFAULT_PROMPT) -> LabelScores:
-    """Sum of log-probabilities of each label's tokens after the prompt (one prefill, shared)."""
+    """Sum of log-probabilities of each label's tokens after the prompt.
+
+    One prefill of the prompt, shared; then one run per label over the prompt's cache that
+    scores all of the label's tokens at once (the logits of position i predict token i+1).
+    """
     rendered = prompt.replace("{labels}", ", ".join(labels)).replace("{text}", text)
     prompt_ids = model.encode(rendered)
+    length = len(prompt_ids)
     ids = np.array([prompt_ids], dtype=np.int64)
-    logits, past = model.forward(ids, np.ones_like(ids), np.arange(len(prompt_ids))[None, :], model.empty_past())
+    last, past = model.forward(ids, np.ones_like(ids), np.arange(length)[None, :], model.empty_past())
     scores = []
     for label in labels:
         tokens = model.encode(" " + label, add_special_tokens=False)
-        total, step_logits, step_past, length = 0.0, logits[0], past, len(prompt_ids)
-        for i, token in enumerate(tokens):
-            shifted = step_logits - step_logits.max()
-            total += float(shifted[token] - np.log(np.exp(shifted).sum()))
-            if i + 1 < len(tokens):
-                step = np.array([[token]], dtype=np.int64)
-                out, step_past = model.forward(
-                    step, np.ones((1, length + 1), dtype=np.int64), np.array([[length]]), step_past
-                )
-                step_logits, length = out[0], length + 1
-        scores.append(total)
+        predictions = last[0][None, :]
+        if len(tokens) > 1:
+            feed = np.array([tokens[:-1]], dtype=np.int64)
+            positions = np.arange(length, length + len(tokens) - 1)[None, :]
+            rest, _ = model.forward_sequence(
+                feed, np.ones((1, length + len(tokens) - 1), dtype=np.int64), positions, past
+            )
+            predictions = np.concatenate([predictions, rest[0]], axis=0)
+        shifted = predictions.astype(np.float64) - predictions.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        scores.append(float(log_probs[np.arange(len(tokens)), tokens].sum()))
     values = np.array(scores, dtype=np.float64)
     probabilities = np.exp(values - values.max())
     probabilities /= probabilities.sum()

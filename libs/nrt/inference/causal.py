@@ -154,6 +154,17 @@ class CausalLM:
     ) -> tuple[FloatArray, list[np.ndarray]]:
         """One ONNX run. Returns the logits of each row's last position ``[B, vocab]``
         and the ``present`` key/values (``[B, heads, past + new, head_dim]`` each)."""
+        logits, presents = self.forward_sequence(input_ids, attention_mask, position_ids, past)
+        return np.ascontiguousarray(logits[:, -1, :]), presents
+
+    def forward_sequence(
+        self,
+        input_ids: IntArray,
+        attention_mask: IntArray,
+        position_ids: IntArray,
+        past: Sequence[np.ndarray],
+    ) -> tuple[FloatArray, list[np.ndarray]]:
+        """:meth:`forward` with the logits of every new position ``[B, new, vocab]``."""
         ids_dtype = self.ids_dtype
         feed: dict[str, np.ndarray] = {
             "input_ids": input_ids.astype(ids_dtype, copy=False),
@@ -165,4 +176,4 @@ class CausalLM:
             feed["use_cache_branch"] = np.array([attention_mask.shape[1] > input_ids.shape[1]])
         feed.update(zip(self.signature.past_names, past, strict=True))
         logits, *presents = self.session.run(self._output_names, feed)
-        return np.ascontiguousarray(logits[:, -1, :]), presents
+        return logits, presents
