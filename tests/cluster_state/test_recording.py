@@ -11,8 +11,8 @@ import msgspec
 from click.testing import CliRunner
 from cluster_helpers import manifest_text
 from nats.aio.client import Client
+from state_services import StartService, until_head
 
-from conftest import StartService, until_head
 from nrt.bus import rpc, subjects
 from nrt.bus.jetstream import EventPublisher
 from nrt.cli.main import cli

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 from nats.aio.client import Client
+from state_services import StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, fired, generate, placed_as, tier_changes, tiers, used, worker_manifest
 
-from conftest import StartService, Workers
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher

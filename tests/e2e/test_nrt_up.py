@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from openai import OpenAI
+from stack_processes import alive, descendants
 
-from conftest import alive, descendants
 from nrt.infra.pgurl import to_libpq
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,13 +30,13 @@ from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
 from nrt.infra import free_port
 from nrt.manifest import Manifest, parse_manifest
-from nrt.protocol import ControlCommand, ControlReply
 from nrt.service import Health, HealthQuery, ServiceContext, health_subject
 from nrt.settings import Settings, models_dir
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
+from worker_calls import control
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ADMIN_KEY = "test-admin-key"
@@ -97,11 +97,6 @@ def fixture_manifest(name: str) -> str:
     not a catalogue entry) under this test's NRT_HOME."""
     text = (FIXTURES / name).read_text()
     return text.replace("@TINY_BERT@", str(models_dir() / "tiny-bert"))
-
-
-async def control(nc: Client, worker_id: str, **fields: object) -> ControlReply:
-    command = ControlCommand(reason=str(fields.pop("reason", "placement")), **fields)  # type: ignore[arg-type]
-    return await rpc.request(nc, subjects.control(worker_id), command, ControlReply, timeout=60)
 
 
 async def fresh_events_stream(nc: Client) -> None:

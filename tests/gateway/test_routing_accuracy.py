@@ -22,7 +22,7 @@ from nrt.protocol import ClassifyReply
 from nrt.routing import classify_request, decide, restrict
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
-from worker.conftest import control
+from worker_calls import control
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "customer-support.yaml"
 

@@ -10,12 +10,12 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from conftest import control, events, generate
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
 from specialist_worker.worker import Worker
+from worker_calls import control, events, generate
 
 LLAMA = "catalogue://tiny-llama"
 PROMPT = "The quick brown fox"

@@ -1,0 +1,75 @@
+"""cluster_state and real workers in this process, on real NATS and PostgreSQL: the pieces the tests drive."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client
+
+from cluster_state.service import ClusterStateService
+from nrt.bus.connection import connect
+from nrt.store import EventStore
+from specialist_worker.resources import detect
+from specialist_worker.worker import Worker
+
+StartService = Callable[..., Awaitable[ClusterStateService]]
+
+
+async def until_head(store: EventStore, n: int, within: float = 20.0) -> int:
+    """Wait until the log holds ``n`` events; the head."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        head = await store.head()
+        if head >= n:
+            return head
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the log holds {head} events, expected {n}")
+        await asyncio.sleep(0.05)
+
+
+class RunningWorker:
+    """The real specialist worker, in this process, with its own NATS connection and heartbeats."""
+
+    def __init__(self, worker: Worker, nc: Client, stopping: asyncio.Event, heartbeats: asyncio.Task[None]) -> None:
+        self.worker, self.nc, self.stopping, self.heartbeats = worker, nc, stopping, heartbeats
+        self.stopped = False
+
+    @property
+    def worker_id(self) -> str:
+        return self.worker.worker_id
+
+    async def crash(self) -> None:
+        """Go silent without a goodbye: no more heartbeats, no WorkerLost, no replies."""
+        self.heartbeats.cancel()
+        await asyncio.gather(self.heartbeats, return_exceptions=True)
+        await self.nc.close()
+        self.stopped = True
+
+    async def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.stopping.set()
+        await self.heartbeats
+        await self.worker.stop()
+        await self.nc.drain()
+
+
+class Workers:
+    def __init__(self, nats_url: str) -> None:
+        self.nats_url = nats_url
+        self.running: list[RunningWorker] = []
+
+    async def start(self, worker_id: str, heartbeat_s: float = 0.5) -> RunningWorker:
+        nc = await connect(self.nats_url, name=f"worker {worker_id}")
+        worker = Worker(nc, detect(), worker_id=worker_id, max_batch_size=8, heartbeat_s=heartbeat_s)
+        await worker.start()
+        stopping = asyncio.Event()
+        running = RunningWorker(worker, nc, stopping, asyncio.create_task(worker.run_heartbeats(stopping)))
+        self.running.append(running)
+        return running
+
+    async def stop(self) -> None:
+        for running in self.running:
+            await running.stop()
