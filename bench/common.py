@@ -54,8 +54,16 @@ class Timer:
             self.seconds += time.perf_counter() - started
 
 
-def report(name: str, value: float, unit: str, ratio: float | None = None, floor: str = "", target: str = "") -> None:
-    line = f"{name:<44} {value:>14,.0f} {unit:<10}"
+def report(
+    name: str,
+    value: float,
+    unit: str,
+    ratio: float | None = None,
+    floor: str = "",
+    target: str = "",
+    precision: int = 0,
+) -> None:
+    line = f"{name:<44} {value:>14,.{precision}f} {unit:<10}"
     if ratio is not None:
         line += f" ratio {ratio:5.2f} vs {floor}"
         if target:
