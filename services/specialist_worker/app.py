@@ -18,6 +18,7 @@ async def run(ctx: ServiceContext) -> None:
         worker_id=os.environ.get("NRT_WORKER_ID") or None,
         max_batch_size=int(os.environ.get("NRT_WORKER_MAX_BATCH", "16")),
         heartbeat_s=float(os.environ.get("NRT_HEARTBEAT_S", "2")),
+        ort_spin=os.environ.get("NRT_WORKER_ORT_SPIN", "0") == "1",
     )
     await worker.start()
     try:

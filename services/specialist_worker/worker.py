@@ -57,11 +57,12 @@ class Worker:
         worker_id: str | None = None,
         max_batch_size: int = 16,
         heartbeat_s: float = 2.0,
+        ort_spin: bool = False,
     ) -> None:
         self.nc = nc
         self.resources = resources
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
-        self.host = ModelHost(ArtifactRegistry(), max_batch_size=max_batch_size)
+        self.host = ModelHost(ArtifactRegistry(spin=ort_spin), max_batch_size=max_batch_size)
         self.heartbeat_s = heartbeat_s
         self.events = EventPublisher(nc)
         self.manifest = EventFollower(nc)

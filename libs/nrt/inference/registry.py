@@ -59,9 +59,12 @@ class _Entry:
 class ArtifactRegistry:
     """Refcounted weights and sessions, one per artifact directory. Thread-safe."""
 
-    def __init__(self, providers: Sequence[str] | None = None, *, intra_op_threads: int | None = None) -> None:
+    def __init__(
+        self, providers: Sequence[str] | None = None, *, intra_op_threads: int | None = None, spin: bool = False
+    ) -> None:
         self._providers = list(providers) if providers is not None else None
         self._threads = intra_op_threads
+        self._spin = spin
         self._entries: dict[Path, _Entry] = {}
         self._owner: dict[str, Path] = {}
         self._lock = threading.RLock()
@@ -120,7 +123,9 @@ class ArtifactRegistry:
             started = time.perf_counter()
             shared = entry.session is not None
             if entry.session is None:
-                entry.session = build_session(entry.weights, self._providers, intra_op_threads=self._threads)
+                entry.session = build_session(
+                    entry.weights, self._providers, intra_op_threads=self._threads, spin=self._spin
+                )
                 entry.provider = active_provider(entry.session)
             entry.tiers[model_id] = "resident"
             return TierChange(

@@ -50,12 +50,20 @@ def select_providers(available: Sequence[str] | None = None) -> list[str]:
     return [CUDA, CPU] if CUDA in offered else [CPU]
 
 
-def session_options(intra_op_threads: int | None = None) -> ort.SessionOptions:
+def session_options(intra_op_threads: int | None = None, *, spin: bool = False) -> ort.SessionOptions:
+    """Options for a serving session.
+
+    ONNX Runtime's intra-op threads spin-wait after each run by default: back-to-back runs
+    start sooner on a machine the session has to itself, but on shared cores (several
+    models, the services and the servers on one host) the spinning takes the CPU the other
+    processes need. Off unless ``spin`` (``NRT_WORKER_ORT_SPIN=1`` for a dedicated worker).
+    """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only: CUDA-missing fallbacks are reported by us
     if intra_op_threads:
         options.intra_op_num_threads = intra_op_threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return options
 
 
@@ -64,6 +72,7 @@ def build_session(
     providers: Sequence[str] | None = None,
     *,
     intra_op_threads: int | None = None,
+    spin: bool = False,
 ) -> ort.InferenceSession:
     """The resident tier: a live ONNX Runtime session built from the in-memory bytes.
 
@@ -71,7 +80,9 @@ def build_session(
     CPU when CUDA is offered but no GPU is usable: :func:`active_provider` tells which one won.
     """
     chosen = list(providers) if providers is not None else select_providers()
-    return ort.InferenceSession(weights.data, sess_options=session_options(intra_op_threads), providers=chosen)
+    return ort.InferenceSession(
+        weights.data, sess_options=session_options(intra_op_threads, spin=spin), providers=chosen
+    )
 
 
 def active_provider(session: ort.InferenceSession) -> str:
