@@ -48,7 +48,7 @@ class Flight:
         self, runtime: NamedDependency[Runtime], bus: Bus, call: ChatCall, transcript: Transcript, span: Span
     ) -> None:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
-        self.exchange = RouteExchange(bus.nc, runtime.settings)
+        self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
 
     async def start(self) -> None:
@@ -129,7 +129,7 @@ class Flight:
             self.span.set_status(Status(StatusCode.ERROR, error.message))
             self.span.set_attribute("http.response.status_code", error.status)
         self.span.end()
-        self.runtime.spawn(self.exchange.close())
+        self.exchange.close()
 
 
 @post(

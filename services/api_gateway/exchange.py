@@ -1,4 +1,8 @@
-"""One request on the bus: publish the RouteRequest with a fresh inbox, read the frames back.
+"""One request on the bus: publish the RouteRequest with an inbox of its own, read the frames back.
+
+The gateway subscribes once to a wildcard under its own inbox prefix (:class:`Inboxes`);
+each request takes one subject below it. No SUB/UNSUB per request: in a NATS cluster those
+would spread interest changes to every server for each request.
 
 router_svc answers on the inbox with a ``Dispatch`` frame (routed requests), then the
 worker streams ``GenerateChunk`` frames and an ``end`` frame to the same inbox. Every
@@ -26,20 +30,44 @@ from nrt.protocol import Dispatch, InboxFrame, RouteRequest
 _frames: msgspec.json.Decoder[Any] = msgspec.json.Decoder(InboxFrame)
 
 
+class Inboxes:
+    """One wildcard subscription under this gateway's inbox prefix, fanned out to per-request queues."""
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.prefix = nc.new_inbox()
+        self._queues: dict[str, asyncio.Queue[Msg]] = {}
+        self._sub: Subscription | None = None
+        self._next = 0
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._deliver)
+
+    async def _deliver(self, msg: Msg) -> None:
+        queue = self._queues.get(msg.subject)
+        if queue is not None:  # else: a frame for a request that has already ended
+            queue.put_nowait(msg)
+
+    def open(self) -> tuple[str, asyncio.Queue[Msg]]:
+        self._next += 1
+        inbox, queue = f"{self.prefix}.{self._next}", asyncio.Queue[Msg]()
+        self._queues[inbox] = queue
+        return inbox, queue
+
+    def close(self, inbox: str) -> None:
+        self._queues.pop(inbox, None)
+
+
 class RouteExchange:
-    def __init__(self, nc: Client, settings: GatewaySettings) -> None:
-        self.nc, self.settings = nc, settings
-        self.inbox = nc.new_inbox()
-        self.queue: asyncio.Queue[Msg] = asyncio.Queue()
+    def __init__(self, nc: Client, inboxes: Inboxes, settings: GatewaySettings) -> None:
+        self.nc, self.inboxes, self.settings = nc, inboxes, settings
+        self.inbox, self.queue = inboxes.open()
         self.source = subjects.ROUTE  # who is expected to speak next (for error messages)
         self.frames = 0
-        self._sub: Subscription | None = None
-        self._deadline = 0.0
+        self._deadline = time.monotonic() + settings.request_timeout
 
     async def open(self, request: RouteRequest) -> None:
-        """Subscribe the inbox and send ``request`` with the current trace context."""
-        self._sub = await self.nc.subscribe(self.inbox, cb=self.queue.put)
-        self._deadline = time.monotonic() + self.settings.request_timeout
+        """Send ``request`` with the current trace context; the frames come back on our inbox."""
         await self.nc.publish(subjects.ROUTE, rpc.encode(request), reply=self.inbox, headers=tracing.inject())
 
     async def next(self) -> InboxFrame | None:
@@ -47,7 +75,8 @@ class RouteExchange:
         wait = self.settings.route_timeout if self.frames == 0 else self.settings.idle_timeout
         remaining = self._deadline - time.monotonic()
         try:
-            msg = await asyncio.wait_for(self.queue.get(), max(0.0, min(wait, remaining)))
+            async with asyncio.timeout(max(0.0, min(wait, remaining))):
+                msg = await self.queue.get()
         except TimeoutError:
             if remaining <= wait:
                 raise DeadlineExceeded(
@@ -71,7 +100,5 @@ class RouteExchange:
         """A direct call: router_svc forwards it to ``model`` without a Dispatch frame."""
         self.source = f"{subjects.ROUTE} -> {subjects.infer(model)}"
 
-    async def close(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
-            await sub.unsubscribe()
+    def close(self) -> None:
+        self.inboxes.close(self.inbox)

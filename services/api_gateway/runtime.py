@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
 
 from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
+from api_gateway.exchange import Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.bus.connection import connect
 from nrt.bus.emitter import EventEmitter
@@ -33,6 +32,7 @@ class Bus:
     follower: EventFollower
     gate: AdmissionGate
     emitter: EventEmitter
+    inboxes: Inboxes
 
 
 class Runtime:
@@ -41,7 +41,6 @@ class Runtime:
         self.bus: Bus | None = None
         self.connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._connect())
@@ -69,7 +68,9 @@ class Runtime:
                 await asyncio.sleep(1.0)
         emitter = EventEmitter(nc)
         await emitter.start()
-        self.bus = Bus(nc=nc, follower=follower, gate=gate, emitter=emitter)
+        inboxes = Inboxes(nc)
+        await inboxes.start()
+        self.bus = Bus(nc=nc, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
 
@@ -80,19 +81,11 @@ class Runtime:
             raise ApiError(503, f"the gateway is not connected to NATS at {self.settings.nats_url}", code="not_ready")
         return bus
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` in its own task (clean-ups that must outlive a cancelled request)."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
         bus = self.bus
         if bus is not None:
             await bus.emitter.close()
