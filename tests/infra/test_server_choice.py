@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import nats
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
+from nrt.cli.up import database_server
 from nrt.infra import (
     ContainerNats,
     ContainerPostgres,
@@ -17,6 +19,7 @@ from nrt.infra import (
     postgres_server,
     probe_jetstream,
     to_libpq,
+    to_sqlalchemy,
 )
 
 if TYPE_CHECKING:
@@ -42,6 +45,18 @@ def test_env_var_wins_and_nothing_is_started(monkeypatch: pytest.MonkeyPatch, tm
         assert url == "postgresql+psycopg://nrt:secret@db.example:5432/nrt"
     assert not (tmp_path / "nats").exists()
     assert not (tmp_path / "pg").exists()
+
+
+def test_nrt_up_uses_the_database_named_in_nrt_database_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, database_url: str
+) -> None:
+    # an operator points the stack at their database; "nrt" names the database of the embedded server only
+    monkeypatch.setenv("NRT_DATABASE_URL", to_libpq(database_url))
+    with database_server(tmp_path) as url:
+        assert url == to_sqlalchemy(database_url)
+        with psycopg.connect(to_libpq(url)) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == (make_url(database_url).database,)
+    assert not (tmp_path / "postgres").exists()  # nothing was started
 
 
 async def test_embedded_fallback_without_env_or_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -44,6 +44,11 @@ def _prepare_models(manifest: Manifest) -> None:
             raise click.ClickException(f"could not prepare catalogue model {name}; see the output above")
 
 
+def database_server(data_dir: Path) -> contextlib.AbstractContextManager[str]:
+    """NRT_DATABASE_URL exactly as given, else an embedded PostgreSQL in ``data_dir`` with a database ``nrt``."""
+    return postgres_server(data_dir / "postgres", env_var="NRT_DATABASE_URL", database="nrt", use_docker=False)
+
+
 async def _wait_ready(url: str, supervisor: Supervisor, within: float) -> None:
     deadline = time.monotonic() + within
     last = ""
@@ -70,9 +75,7 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         loop.add_signal_handler(sig, stop.set)
     with contextlib.ExitStack() as servers:
         nats_url = servers.enter_context(nats_server(data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False))
-        database_url = servers.enter_context(
-            postgres_server(data_dir / "postgres", env_var="NRT_DATABASE_URL", database="nrt", use_docker=False)
-        )
+        database_url = servers.enter_context(database_server(data_dir))
         _say(f"NATS at {nats_url}; PostgreSQL ready")
         await asyncio.to_thread(upgrade, database_url)
         nc = await connect(nats_url, name="nrt-up")

@@ -82,16 +82,16 @@ def postgres_server(
     """Yield the SQLAlchemy URL (``postgresql+psycopg://``) of a PostgreSQL server.
 
     Same order as :func:`nats_server`. A URL from ``$env_var`` is normalised to the
-    psycopg driver but otherwise used as is. With ``database``, that database is
-    created if missing (on whichever server was chosen) and the URL points at it;
-    otherwise it points at the server's default database. ``durable=False`` turns
-    fsync off in an embedded server (tests only).
+    psycopg driver but otherwise used as is, its database included: it names the
+    database someone chose, and ``database`` does not replace it. With ``database``, a
+    server started here (container or embedded) gets that database, created if
+    missing, and the URL points at it; otherwise it points at the server's default
+    database. ``durable=False`` turns fsync off in an embedded server (tests only).
     """
     url = _from_env(env_var)
     if url is not None:
         _log.info("PostgreSQL from $%s", env_var)
-        url = pgurl.to_sqlalchemy(url)
-        yield pgurl.ensure_database(url, database) if database else url
+        yield pgurl.to_sqlalchemy(url)
         return
     if use_docker and docker_available(docker_timeout):
         container = ContainerPostgres()
