@@ -2,8 +2,10 @@
 
 Start-up: migrate the database, take the leader lock (one instance records at a time),
 fold the PostgreSQL log into the state, start the durable JetStream consumer and fold
-its backlog, then — on a first start with an empty log — apply the bootstrap manifest
-as ``ManifestApplied`` version 1. Then serve:
+its backlog; when the stream lacks the manifest in force (a new or recreated stream),
+re-publish from the log the state the other services fold (``reseed``); then — on a
+first start with an empty log — apply the bootstrap manifest as ``ManifestApplied``
+version 1. Then serve:
 
 - ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
 - ``nrt.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
@@ -28,6 +30,7 @@ from nats.aio.subscription import Subscription
 
 from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.recorder import Recorder
+from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper, outcomes
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError, Unavailable
@@ -94,6 +97,7 @@ class ClusterStateService:
         await self.recorder.start()
         self._tasks.append(asyncio.create_task(self.recorder.run(self.stopping), name="cluster_state recorder"))
         await self.recorder.caught_up.wait()
+        await self._reseed()
         await self._bootstrap()
         self._subs += [
             await self.nc.subscribe(subjects.STATE, cb=self._serve_state),
@@ -151,6 +155,21 @@ class ClusterStateService:
                 log.warning("another cluster_state instance holds the leader lock; waiting for it to stop")
                 announced = True
             await asyncio.sleep(1.0)
+
+    async def _reseed(self) -> None:
+        """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""
+        cluster = self.controller.cluster
+        if cluster.manifest_version == 0 or await stream_holds_manifest(self.nc.jetstream(), cluster):
+            return
+        events = await state_in_force(self.store)
+        for event in events:
+            await self.publisher.publish(event)  # same event id: the recorder skips it, the log gains nothing
+        log.warning(
+            "the event stream lacks manifest v%d that the log holds (a new or recreated stream): "
+            "re-published %d events of the state in force from the log (the manifest, live workers, placements)",
+            cluster.manifest_version,
+            len(events),
+        )
 
     async def _bootstrap(self) -> None:
         cluster = self.controller.cluster
