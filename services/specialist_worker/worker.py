@@ -127,7 +127,9 @@ class Worker:
             log.exception("could not publish %s", event.type)
 
     def _tier_event(self, t: Transition, reason: str, cold_start: bool = False) -> None:
-        if t.changed:
+        """Publish a measured tier change; no event for a step that changed nothing, except a
+        failed load (unloaded -> unloaded), which withdraws the placement the log announced."""
+        if t.changed or reason == "load_failed":
             self.emit(
                 TierChanged(
                     model_id=t.model_id,
@@ -158,8 +160,15 @@ class Worker:
     async def load(self, model_id: str, source: str, tier: str, reason: str) -> list[Transition]:
         async with self._lock(model_id):
             spec = self.spec(model_id)
-            target = resolve(source, spec.remote_model if spec else None, spec.api_key_env if spec else None)
-            steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
+            started = time.perf_counter()
+            try:
+                target = resolve(source, spec.remote_model if spec else None, spec.api_key_env if spec else None)
+                steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
+            except Exception:
+                if model_id not in self.host.hosted:  # the placement did not happen: say so in the log
+                    elapsed_ms = (time.perf_counter() - started) * 1e3
+                    self._tier_event(Transition(model_id, "unloaded", "unloaded", elapsed_ms, 0), "load_failed")
+                raise
             # Subscribed before any tier is announced: once the log says a worker holds the
             # model, a request for it reaches one (it waits on this lock while we promote).
             await self._subscribe(model_id)

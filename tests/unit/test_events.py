@@ -11,6 +11,7 @@ from nrt.events import (
     EVENT_TYPES,
     EventDecodeError,
     ManifestApplied,
+    ModelPlaced,
     RequestAdmitted,
     RequestCompleted,
     SessionKvEvicted,
@@ -142,3 +143,24 @@ def test_tiers_sessions_and_requests_fold_as_expected() -> None:
     assert end.workers["w1"].alive is False
     assert end.sessions == {}
     assert mid.sessions["s1"].kv_bytes == 4096  # the earlier state is untouched
+
+
+def test_a_failed_load_withdraws_the_placement_without_counting_a_tier_change() -> None:
+    placed = ModelPlaced(
+        occurred_at=T0, model_id="broken", worker_id="w1", artifact="/nonexistent", tier="standby", manifest_version=1
+    )
+    failed = TierChanged(
+        occurred_at=T0,
+        model_id="broken",
+        worker_id="w1",
+        from_tier="unloaded",
+        to_tier="unloaded",
+        reason="load_failed",
+        elapsed_ms=1.0,
+        bytes_held=0,
+    )
+    pending = fold([placed])
+    assert pending.models["broken"].tiers == {"w1": "unloaded"}
+    after = evolve(pending, failed)
+    assert after.models["broken"].placements == {}
+    assert (after.counters.tier_changes, after.models["broken"].demotions) == (0, 0)

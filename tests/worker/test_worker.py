@@ -98,6 +98,9 @@ async def test_errors_are_explicit_frames_not_timeouts(nc: Client, worker: Worke
     ):
         await control(nc, worker, action="load", model_id="x", source="catalogue://minilm-l6", tier="resident")
     assert time.perf_counter() - started < 5
+    # each failed load withdraws its placement in the log: unloaded -> unloaded, reason load_failed
+    failed = [e for e in await events(nc, 5) if isinstance(e, TierChanged) and e.model_id == "x"]
+    assert [(e.from_tier, e.to_tier, e.reason) for e in failed] == [("unloaded", "unloaded", "load_failed")] * 3
 
 
 async def test_standby_model_is_promoted_on_demand_as_a_cold_start(nc: Client, worker: Worker) -> None:

@@ -119,6 +119,7 @@ class TierChanged(Event, frozen=True, kw_only=True):
     from_tier: str
     to_tier: str
     reason: str  # "placement" | "co_activation" | "on_demand" | "budget_pressure" | "manifest_swap" | "command"
+    # | "load_failed" (unloaded -> unloaded: a placed model could not be loaded; the placement is withdrawn)
     elapsed_ms: float
     bytes_held: int  # bytes the model holds on the worker after the change
     cold_start: bool = False  # promoted on demand by a request that waited for it

@@ -143,15 +143,16 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
     else:
         placement = Placement(worker_id=e.worker_id, tier=e.to_tier, bytes_held=e.bytes_held, since=e.occurred_at)
         placements = _with(model.placements, e.worker_id, placement)
+    moved = e.to_tier != e.from_tier  # a failed load (unloaded -> unloaded) only withdraws the placement
     up = _TIER_RANK.get(e.to_tier, 0) > _TIER_RANK.get(e.from_tier, 0)
     updated = replace(
         model,
         placements=placements,
         promotions=model.promotions + (1 if up else 0),
-        demotions=model.demotions + (0 if up else 1),
+        demotions=model.demotions + (1 if moved and not up else 0),
         cold_starts=model.cold_starts + (1 if e.cold_start else 0),
     )
-    counters = _count(state.counters, tier_changes=1, cold_starts=1 if e.cold_start else 0)
+    counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
     return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
 
 
