@@ -21,6 +21,7 @@ async def control(nc: Client, worker: Worker | str, **fields: object) -> Control
 
 async def generate(nc: Client, model_id: str, prompt: str, **params: object) -> list[GenerateChunk]:
     session_id = params.pop("session_id", None)
+    stream = bool(params.pop("stream", True))
     request = GenerateRequest(
         request_id="r",
         model_id=model_id,
@@ -28,6 +29,7 @@ async def generate(nc: Client, model_id: str, prompt: str, **params: object) -> 
         prompt=prompt,
         params=SamplingParams(**params),  # type: ignore[arg-type]
         session_id=session_id,  # type: ignore[arg-type]
+        stream=stream,
     )
     return [c async for c in rpc.stream(nc, subjects.infer(model_id), request, GenerateChunk, 30, 10)]
 

@@ -46,6 +46,7 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[ChatMessage, ...]
     params: SamplingParams = SamplingParams()
     session_id: str | None = None
+    stream: bool = True  # False: the client waits for the whole answer (see GenerateRequest.stream)
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):
@@ -74,6 +75,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     prompt: str | None = None  # raw completion text instead of messages
     params: SamplingParams = SamplingParams()
     session_id: str | None = None
+    stream: bool = True  # False: the worker sends the whole answer as one chunk, not a message per token
 
 
 class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):

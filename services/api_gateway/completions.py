@@ -69,6 +69,7 @@ class Flight:
             messages=self.call.messages,
             params=self.call.params,
             session_id=self.call.session_id,
+            stream=self.call.stream,
         )
         t.sent_at = time.perf_counter()
         await self.exchange.open(route)

@@ -107,6 +107,7 @@ class Router:
             messages=request.messages,
             params=request.params,
             session_id=request.session_id,
+            stream=request.stream,
         )
         with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
             span.set_attribute("messaging.destination.name", subjects.infer(target))

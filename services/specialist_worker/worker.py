@@ -279,9 +279,18 @@ class Worker:
             engine_request = generation_request(request, self.spec(model_id), session_key)
         except TemplateError as exc:
             raise BadRequest(str(exc), code="bad_template") from exc
-        first = True
+        texts: list[str] = []  # a non-streaming request's answer so far: sent as one chunk at the end
+        token_ids: list[int] = []
         try:
             async for chunk in runtime.generate(engine_request):
+                if chunk.usage is not None and request.session_id:
+                    self._session_touched(request.session_id, model_id, runtime, session_key, chunk.usage)
+                if not request.stream:
+                    texts.append(chunk.text)
+                    token_ids.extend(chunk.token_ids)
+                    if chunk.finish_reason is None:
+                        continue
+                    chunk = msgspec.structs.replace(chunk, text="".join(texts), token_ids=tuple(token_ids))
                 await inbox.send(
                     GenerateChunk(
                         request_id=request.request_id,
@@ -292,12 +301,10 @@ class Worker:
                         finish_reason=chunk.finish_reason,
                         usage=chunk.usage,
                         timings=chunk.timings,
-                        cold_start_ms=cold_ms if first else None,
+                        cold_start_ms=cold_ms,
                     )
                 )
-                first = False
-                if chunk.usage is not None and request.session_id:
-                    self._session_touched(request.session_id, model_id, runtime, session_key, chunk.usage)
+                cold_ms = None  # on the first chunk only
         except ContextWindowError as exc:
             raise RemoteError("context_window_exceeded", str(exc), 400) from exc
         except InferenceError as exc:

@@ -78,6 +78,19 @@ async def test_stop_sequences_and_max_tokens(nc: Client, worker: Worker) -> None
         assert full.startswith(text(stopped))
 
 
+async def test_a_non_streaming_request_gets_its_whole_answer_in_one_chunk(nc: Client, worker: Worker) -> None:
+    await control(nc, worker, action="load", model_id="m", source=LLAMA, tier="standby")
+    streamed = await generate(nc, "m", PROMPT, max_tokens=12)
+    whole = await generate(nc, "m", PROMPT, max_tokens=12, stream=False)
+    assert len(streamed) > 1
+    assert len(whole) == 1
+    assert whole[0].text == text(streamed)
+    assert whole[0].token_ids == tuple(t for c in streamed for t in c.token_ids)
+    assert (whole[0].finish_reason, whole[0].usage) == (streamed[-1].finish_reason, streamed[-1].usage)
+    assert whole[0].timings is not None
+    assert streamed[0].cold_start_ms is not None  # the standby model was promoted by the first request
+
+
 async def test_errors_are_explicit_frames_not_timeouts(nc: Client, worker: Worker) -> None:
     await control(nc, worker, action="load", model_id="m", source=LLAMA, tier="resident")
     started = time.perf_counter()
