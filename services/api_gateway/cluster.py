@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Any
 
-from litestar import get, put
+from litestar import Response, get, put
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.handlers import BaseRouteHandler
@@ -18,8 +19,10 @@ from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.manifest_sources import footprint_of
-from nrt.protocol import ApplyManifest, ApplyResult
+from nrt.protocol import ApplyManifest, ApplyResult, StateQuery
 from nrt.state import ClusterState
+
+log = logging.getLogger("api_gateway")
 
 
 @get("/v1/models", summary="Every model of the manifest in force, with its declared tier and where it is loaded")
@@ -61,9 +64,27 @@ def model_infos(manifest: Manifest, state: ClusterState, created: int) -> list[M
     return out
 
 
-@get("/v1/cluster", summary="The folded cluster state (the gateway's fold of the event stream)")
-async def cluster_state(runtime: NamedDependency[Runtime]) -> ClusterState:
-    return runtime.require().follower.state
+STATE_SOURCE_HEADER = "X-NRT-State-Source"
+STATE_TIMEOUT = 2.0
+
+
+@get(
+    "/v1/cluster",
+    summary="The folded cluster state, as cluster_state recorded it",
+    description=(
+        "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
+        "When cluster_state does not answer, the gateway's own fold of the event stream, marked "
+        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`)."
+    ),
+)
+async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
+    bus = runtime.require()
+    try:
+        state = await rpc.request(bus.nc, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
+    except RemoteError as exc:
+        log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
+        return Response(bus.follower.state, headers={STATE_SOURCE_HEADER: "gateway"})
+    return Response(state, headers={STATE_SOURCE_HEADER: "cluster_state"})
 
 
 @get("/v1/manifest", summary="The manifest in force: version and text")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from openai import OpenAI
@@ -72,6 +73,11 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(start_st
         tiers = conn.execute("SELECT count(*) FROM events WHERE type = 'TierChanged'").fetchone()
         assert tiers is not None
         assert tiers[0] >= 3
+
+    folded = httpx.get(f"{stack.url}/v1/cluster", timeout=10)
+    assert folded.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
+    assert folded.json()["manifest_version"] == 1
+    assert folded.json()["counters"]["requests_admitted"] >= 1
 
     children = descendants(stack.process.pid)
     assert len(children) >= 6  # nats-server, postgres, the four services

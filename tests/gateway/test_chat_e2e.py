@@ -302,12 +302,14 @@ async def test_models_list_every_model_with_tier_and_placement(stack: Stack) -> 
 
 async def test_cluster_manifest_health_readiness_and_openapi(stack: Stack) -> None:
     async with stack.http() as http:
-        cluster = (await http.get("/v1/cluster")).json()
+        folded = await http.get("/v1/cluster")
+        cluster = folded.json()
         manifest = (await http.get("/v1/manifest")).json()
         healthz = await http.get("/healthz")
         readyz = await http.get("/readyz")
         schema = (await http.get("/schema/openapi.json")).json()
         nowhere = await http.get("/v2/nothing")
+    assert folded.headers["x-nrt-state-source"] == "gateway"  # this stack runs no cluster_state
     assert cluster["manifest_version"] == 1
     assert cluster["workers"]["w-gateway"]["alive"] is True
     assert cluster["models"]["billing"]["placements"]["w-gateway"]["tier"] == "resident"
