@@ -3,7 +3,7 @@
 Generates ``--events`` events of realistic traffic (``nrt.testing.traffic``) and appends
 them in batches through ``EventStore.append`` (the real append path: hash chain, COPY),
 streaming the generator so the log is never held in memory. Then replays the log as
-``nrt replay`` does: ``EventStore.read_positions`` pages in position order, decode, and
+``nrt replay`` does: ``EventStore.replay`` pages in position order, decode, and
 the pure ``evolve`` fold, timing every ``--slice`` of events. Per slice it prints the time,
 events/s and the ratio of that slice's time per event to the first slice's (linear growth
 keeps every ratio near 1.0). Overall it prints the replay rate against the floor, measured
@@ -72,9 +72,8 @@ async def _replay(url: str, sizes: list[int], page: int) -> list[float]:
         times: list[float] = []
         state, position, next_boundary = ClusterState(), 0, boundaries[0]
         started = time.perf_counter()
-        async for record in store.read_positions(1, None, page=page):
-            state = evolve(state, record.event)
-            position = record.position
+        async for position, event in store.replay(1, None, page=page):
+            state = evolve(state, event)
             if position == next_boundary:
                 now = time.perf_counter()
                 times.append(now - started)
@@ -147,7 +146,7 @@ async def main(n_events: int, slice_size: int, batch: int, page: int, rounds: in
     floor_rate = n_events / min(sum(r) for r in floor_rounds)
     replay_rate = n_events / min(sum(r) for r in replay_rounds)
     report("raw psycopg SELECT body::text (floor)", floor_rate, "events/s")
-    report("replay: read_positions + decode + fold", replay_rate, "events/s", replay_rate / floor_rate, "read floor")
+    report("replay: EventStore.replay + decode + fold", replay_rate, "events/s", replay_rate / floor_rate, "read floor")
     append_rate = n_events / append_s
     report("EventStore.append (log generation)", append_rate, "events/s", append_rate / replay_rate, "replay")
     report("peak RSS of the benchmark process", _peak_rss_mib(), "MiB")

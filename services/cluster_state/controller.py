@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import Event
+from nrt.events import AnyEvent, Event
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.policies import (
@@ -115,12 +115,10 @@ class Controller:
                 self.react(record.event, now)
         self._notify()
 
-    def rebuild(self, events: Sequence[RecordedEvent]) -> None:
-        """Fold the log as it is at start, without acting on history."""
-        now = utc_now()
-        for record in events:
-            self.state = absorb(self.state, record.event, now)
-            self.position = record.position
+    def rebuild(self, position: int, event: AnyEvent, now: datetime) -> None:
+        """Fold one event of the log as it is at start, without acting on history."""
+        self.state = absorb(self.state, event, now)
+        self.position = position
 
     def _notify(self) -> None:
         cluster = self.state.cluster

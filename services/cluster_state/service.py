@@ -86,8 +86,9 @@ class ClusterStateService:
         await asyncio.to_thread(upgrade, self.database_url)
         await self._lead()
         started = time.perf_counter()
-        async for record in self.store.read_positions(page=10_000):
-            self.controller.rebuild([record])
+        now = utc_now()
+        async for position, event in self.store.replay():
+            self.controller.rebuild(position, event, now)
         log.info(
             "rebuilt the state from the log: %d events in %.0f ms (manifest v%d)",
             self.controller.position,

@@ -183,3 +183,20 @@ async def test_a_second_writer_is_caught_by_the_constraints_not_by_luck(database
 async def _move_b_then_expect_old(one: EventStore, two: EventStore) -> None:
     await one.append([_tier("b", "standby")])  # b is at version 2 now; two still believes 1
     await two.append([_tier("b", "resident")], expected_versions={"model:b": 1})
+
+
+async def test_replay_yields_positions_and_events_from_one_snapshot(event_store: EventStore) -> None:
+    events = list(traffic(25, seed=7))
+    await event_store.append(events)
+    replayed = [(p, e) async for p, e in event_store.replay(page=4)]
+    assert replayed == [(i + 1, e) for i, e in enumerate(events)]
+    assert [p async for p, _ in event_store.replay(5, 9, page=2)] == [5, 6, 7, 8, 9]
+    assert fold(e for _, e in replayed) == fold(events)
+    # a replay to the head sees the log as it was when it began, not events appended meanwhile
+    seen = []
+    async for position, _ in event_store.replay(page=5):
+        if position == 1:
+            await event_store.append(list(traffic(3, seed=8)))
+        seen.append(position)
+    assert seen == list(range(1, 26))
+    assert await event_store.head() == 28

@@ -114,9 +114,8 @@ async def replay_log(store: EventStore, until: str | None) -> Replay:
         end = int(until) if until.strip().isdigit() else await store.position_at(parse_moment(until))
     state, position = ClusterState(), 0
     if end != 0:
-        async for record in store.read_positions(1, end, page=10_000):
-            state = evolve(state, record.event)
-            position = record.position
+        async for at, event in store.replay(1, end):
+            state, position = evolve(state, event), at
     return Replay(position=position, until=until, state=state)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import psycopg
@@ -45,6 +45,9 @@ class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
     stream_version: int
     recorded_at: datetime | None
     event: AnyEvent
+
+
+ReplayedEvent = tuple[int, AnyEvent]  # (position, event): what a fold needs
 
 
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -317,6 +320,31 @@ class EventStore:
             for row in rows:
                 yield _recorded(row)
             cursor = upper + 1
+
+    async def replay(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ReplayedEvent]:
+        """``(position, event)`` with ``start <= position <= end`` in order: what a fold needs, nothing more.
+
+        One read-only snapshot (REPEATABLE READ) over one connection, so a replay to the head
+        sees the log as it was when it began; only the position and the body are read.
+        """
+        cursor = start
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+                while end is None or cursor <= end:
+                    upper = cursor + page - 1 if end is None else min(cursor + page - 1, end)
+                    result = await conn.exec_driver_sql(
+                        "SELECT position, body::text FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
+                        "ORDER BY position",
+                        {"lo": cursor, "hi": upper},
+                    )
+                    rows = cast(Sequence[tuple[int, str]], result.all())  # exec_driver_sql rows are untyped
+                    if not rows:
+                        return
+                    for position, body in rows:
+                        yield position, decode(body)
+                    cursor = upper + 1
 
     async def query(
         self,
