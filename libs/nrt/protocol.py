@@ -214,6 +214,7 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     reason: str = "on_demand"
     request_id: str | None = None
+    worker_id: str | None = None  # promote it on this worker (a request waits there), if it is placed there
 
 
 class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):

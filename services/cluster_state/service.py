@@ -227,7 +227,7 @@ class ClusterStateService:
     async def promote(self, request: PromoteModel) -> PromoteResult:
         c = self.controller
         started = time.perf_counter()
-        tasks = c.react(PromoteWanted(model_id=request.model_id, reason=request.reason))
+        tasks = c.react(PromoteWanted(model_id=request.model_id, reason=request.reason, worker_id=request.worker_id))
         results = await outcomes(tasks)
         for outcome in results:
             if outcome.refused is not None:
@@ -237,7 +237,9 @@ class ClusterStateService:
                 raise Unavailable(
                     f"promoting {request.model_id} failed: {outcome.error.message}", code="promotion_failed"
                 )
-        worker_id = where(c.state, request.model_id)
+        worker_id = request.worker_id
+        if worker_id is None or c.state.tier_of(request.model_id, worker_id) == "unloaded":
+            worker_id = where(c.state, request.model_id)
         if worker_id is None:
             raise Unavailable(f"model '{request.model_id}' is not placed on any live worker", code="not_placed")
         if not results and c.state.tier_of(request.model_id, worker_id) not in ("resident", "remote"):

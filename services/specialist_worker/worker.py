@@ -38,6 +38,8 @@ from nrt.protocol import (
     GenerateRequest,
     HostedModel,
     InferRequest,
+    PromoteModel,
+    PromoteResult,
     WorkerHeartbeat,
 )
 from specialist_worker import classify, remote
@@ -47,6 +49,11 @@ from specialist_worker.resources import HostResources
 from specialist_worker.sources import RemoteEndpoint, resolve
 
 log = logging.getLogger("nrt.worker")
+
+# cluster_state's answers to an on-demand promotion that the request must get: no room in the
+# budget. Any other failure to ask (no cluster_state, a placement it does not know yet) is
+# not the request's fault: the worker promotes the model itself.
+_BUDGET_REFUSALS = frozenset({"budget_exhausted"})
 
 
 class Worker:
@@ -58,12 +65,14 @@ class Worker:
         max_batch_size: int = 16,
         heartbeat_s: float = 2.0,
         ort_spin: bool = False,
+        promote_timeout: float = 60.0,
     ) -> None:
         self.nc = nc
         self.resources = resources
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
         self.host = ModelHost(ArtifactRegistry(spin=ort_spin), max_batch_size=max_batch_size)
         self.heartbeat_s = heartbeat_s
+        self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
         self.events = EventPublisher(nc)
         self.manifest = EventFollower(nc)
         self.centroids = classify.CentroidCache()
@@ -189,15 +198,37 @@ class Worker:
             )
 
     async def ensure_resident(self, model_id: str, reason: str, cold_start: bool) -> float | None:
-        """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready."""
+        """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready.
+
+        A request that finds its model standby (``cold_start``) asks cluster_state first
+        (``nrt.models.promote``): it applies the budget, demoting the least recently used
+        non-critical residents to make room, then sends this worker the promote command; when
+        nothing can go, the request fails with that 503 and its reason. If cluster_state does
+        not answer, the worker promotes the model itself (serving comes first) and the budget
+        is enforced after the fact once cluster_state sees the change.
+        """
         if self.host.tier(model_id) in ("resident", "remote"):
             return None
+        started = time.perf_counter()
+        if cold_start:
+            await self._promote_within_budget(model_id)
+            if self.host.tier(model_id) in ("resident", "remote"):
+                return (time.perf_counter() - started) * 1e3
         async with self._lock(model_id):
             if self.host.tier(model_id) == "resident":
                 return None
             step = await asyncio.to_thread(self.host.promote, model_id)
             self._tier_event(step, reason, cold_start=cold_start)
             return step.elapsed_ms
+
+    async def _promote_within_budget(self, model_id: str) -> None:
+        ask = PromoteModel(model_id=model_id, reason="on_demand", worker_id=self.worker_id)
+        try:
+            await rpc.request(self.nc, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
+        except RemoteError as exc:
+            if exc.code in _BUDGET_REFUSALS:
+                raise
+            log.warning("cluster_state did not promote %s (%s); promoting it here", model_id, exc.message)
 
     async def control(self, command: ControlCommand) -> ControlReply:
         model_id, started = command.model_id, time.perf_counter()
@@ -208,7 +239,10 @@ class Worker:
             await self.load(model_id, command.source, command.tier, command.reason)
         elif command.action == "promote":
             self.host.get(model_id)
-            await self.ensure_resident(model_id, command.reason, cold_start=False)
+            async with self._lock(model_id):  # a promotion a waiting request asked for is its cold start
+                if self.host.tier(model_id) == "standby":
+                    step = await asyncio.to_thread(self.host.promote, model_id)
+                    self._tier_event(step, command.reason, cold_start=command.reason == "on_demand")
         elif command.action in ("demote", "unload"):
             self.host.get(model_id)
             async with self._lock(model_id):

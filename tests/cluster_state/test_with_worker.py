@@ -168,3 +168,45 @@ async def test_a_worker_that_stops_heartbeating_is_lost_and_its_models_move(
     moved = [r.event for r in await event_store.query(types=["ModelPlaced"])][-len(on_w2) :]
     assert sorted(e.model_id for e in moved) == on_w2  # type: ignore[union-attr]
     assert {e.worker_id for e in moved} == {"w1"}  # type: ignore[union-attr]
+
+
+async def test_a_request_for_a_standby_model_is_promoted_within_the_budget_or_refused_with_the_reason(
+    nc: Client, workers: Workers, start_cluster_state: StartService, llama_copies: Callable[[str], str]
+) -> None:
+    await workers.start("w1")
+    manifest = worker_manifest(llama_copies, critical=("router", "billing", "technical"))
+    service = await start_cluster_state(manifest_text=manifest, tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    # the budget is full of critical residents: the request gets cluster_state's 503 and its numbers
+    with pytest.raises(RemoteError) as refused:
+        await generate(nc, "legal")
+    assert (refused.value.status, refused.value.code) == (503, "budget_exhausted")
+    assert "cannot make legal resident (1 GB)" in refused.value.message
+    assert "billing, router, technical are critical" in refused.value.message
+    assert tiers(service.controller.cluster)["legal"] == {"w1": "standby"}
+
+
+async def test_a_request_for_a_standby_model_makes_room_by_demoting_the_lru_model_first(
+    nc: Client,
+    workers: Workers,
+    start_cluster_state: StartService,
+    llama_copies: Callable[[str], str],
+    event_store: EventStore,
+) -> None:
+    await workers.start("w1")
+    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    await EventPublisher(nc).publish(used("technical"))  # billing is now the least recently used
+    await service.controller.wait_for(lambda s: s.models["technical"].last_used_at is not None, within=10)
+    chunks = await generate(nc, "legal")
+    assert chunks[-1].finish_reason in ("stop", "length")
+    assert chunks[0].cold_start_ms is not None
+    assert chunks[0].cold_start_ms > 0
+    state = await service.controller.wait_for(placed_as({"legal": {"w1": "resident"}}), within=10)
+    assert tiers(state)["billing"] == {"w1": "standby"}
+    changes = await tier_changes(event_store)
+    demoted = changes.index(("billing", "resident", "standby", "budget_pressure"))
+    promoted = changes.index(("legal", "standby", "resident", "on_demand"))
+    assert demoted < promoted  # room was made before the model was promoted, never over budget
+    cold = [r.event for r in await event_store.query(types=["TierChanged"]) if r.event.model_id == "legal"]
+    assert any(getattr(e, "cold_start", False) for e in cold)

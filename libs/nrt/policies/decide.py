@@ -25,7 +25,7 @@ def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now
     if isinstance(trigger, Sweep):
         return sessions.sweep(state, manifest, now)
     if isinstance(trigger, PromoteWanted):
-        return make_resident(state, manifest, trigger.model_id, trigger.reason, now)
+        return make_resident(state, manifest, trigger.model_id, trigger.reason, now, worker_id=trigger.worker_id)
     if isinstance(trigger, RouterFired):
         return co_activate(state, manifest, trigger, now)
     if isinstance(trigger, TierChanged):

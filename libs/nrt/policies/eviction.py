@@ -126,16 +126,24 @@ def _is_critical(manifest: Manifest, model_id: str) -> bool:
 
 
 def make_resident(
-    state: ControlState, manifest: Manifest, model_id: str, reason: str, now: datetime, group: str = ""
+    state: ControlState,
+    manifest: Manifest,
+    model_id: str,
+    reason: str,
+    now: datetime,
+    group: str = "",
+    worker_id: str | None = None,
 ) -> list[Command]:
-    """Promote ``model_id`` where it is placed, demoting LRU non-critical residents first if needed."""
+    """Promote ``model_id`` on ``worker_id`` (when placed there) or where it is placed, demoting
+    LRU non-critical residents first if needed."""
     group = group or f"promote:{model_id}"
     try:
         spec = manifest.model(model_id)
     except KeyError:
         known = ", ".join(manifest.model_ids)
         return [Refuse(model_id, f"model '{model_id}' is not in the manifest; models: {known}", "unknown_model", group)]
-    worker_id = where(state, model_id)
+    if worker_id is None or state.tier_of(model_id, worker_id) == "unloaded":
+        worker_id = where(state, model_id)
     if worker_id is None:
         return [Refuse(model_id, f"model '{model_id}' is not placed on any live worker yet", "not_placed", group)]
     if state.tier_of(model_id, worker_id) in ("resident", "remote") or state.pending_for_model(model_id):

@@ -116,10 +116,11 @@ class Sweep(msgspec.Struct, frozen=True):
 
 
 class PromoteWanted(msgspec.Struct, frozen=True, kw_only=True):
-    """Someone asks for ``model_id`` to be resident now (the promote subject)."""
+    """Someone asks for ``model_id`` to be resident now (the promote subject), on ``worker_id`` if given."""
 
     model_id: str
     reason: str = "on_demand"
+    worker_id: str | None = None
 
 
 Trigger = AnyEvent | Tick | Sweep | PromoteWanted
