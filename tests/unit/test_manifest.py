@@ -321,3 +321,14 @@ def test_cli_check_valid_and_invalid(tmp_path: Path) -> None:
     missing = runner.invoke(cli, ["manifest", "check", str(tmp_path / "nope.yaml")])
     assert missing.exit_code == 2
     assert "cannot read the manifest" in missing.output
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES.parent.parent / "manifests").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_example_manifests_pass_the_check(path: Path) -> None:
+    checked = CliRunner().invoke(cli, ["manifest", "check", str(path)])
+    assert checked.exit_code == 0, checked.output
+    manifest = load_manifest(path)
+    assert manifest.routing.entry == "router"
+    assert len(manifest.intent_labels) >= 3
+    answering = [spec for spec in manifest.models if spec.id != "router" or spec.source == "catalogue://gemma3-270m"]
+    assert all(spec.template for spec in answering)  # Gemma is a base model: whatever answers gets a prompt

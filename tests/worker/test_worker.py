@@ -11,9 +11,11 @@ import pytest
 from nats.aio.client import Client
 
 from nrt.bus import rpc, subjects
+from nrt.bus.connection import connect
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
+from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 from worker_calls import control, events, generate
 
@@ -235,3 +237,36 @@ async def test_heartbeats_report_hosted_models(nc: Client, worker: Worker) -> No
     assert beat.ram_bytes > 0
     assert beat.providers
     assert [(m.model_id, m.tier) for m in beat.models] == [("m", "standby")]
+
+
+async def test_sampling_over_nats_follows_temperature_top_p_and_seed(nc: Client, worker: Worker) -> None:
+    await control(nc, worker, action="load", model_id="m", source=LLAMA, tier="resident")
+
+    async def sample(seed: int, **params: object) -> str:
+        return text(await generate(nc, "m", PROMPT, max_tokens=24, temperature=1.5, seed=seed, **params))
+
+    first, again = await sample(7), await sample(7)
+    assert first == again  # the same seed gives the same sample
+    assert len({await sample(seed) for seed in range(1, 6)}) > 1  # other seeds give other samples
+    greedy = text(await generate(nc, "m", PROMPT, max_tokens=24, temperature=0.0, seed=3))
+    assert greedy == text(await generate(nc, "m", PROMPT, max_tokens=24))
+    # top_p that keeps only the most likely token is greedy whatever the temperature and seed
+    assert await sample(11, top_p=1e-9) == greedy
+
+
+async def test_two_workers_on_one_model_share_its_requests_through_the_queue_group(
+    nc: Client, worker: Worker, nats_url: str
+) -> None:
+    other_nc = await connect(nats_url, name="second worker")
+    other = Worker(other_nc, detect(), worker_id="w-second", max_batch_size=8)
+    await other.start()
+    try:
+        for w in (worker, other):
+            await control(nc, w, action="load", model_id="m", source=LLAMA, tier="resident")
+        answers = await asyncio.gather(*(generate(nc, "m", f"{PROMPT} {i}", max_tokens=4) for i in range(24)))
+        served = {chunks[-1].worker_id for chunks in answers}
+        assert served == {worker.worker_id, other.worker_id}  # NATS spreads the queue group's messages
+        assert all(chunks[-1].finish_reason in ("stop", "length") for chunks in answers)
+    finally:
+        await other.stop()
+        await other_nc.drain()
