@@ -215,6 +215,7 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = "on_demand"
     request_id: str | None = None
     worker_id: str | None = None  # promote it on this worker (a request waits there), if it is placed there
+    manifest_version: int = 0  # the version the waiting request was admitted under: decide under it (or later)
 
 
 class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):

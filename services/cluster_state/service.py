@@ -227,6 +227,11 @@ class ClusterStateService:
     async def promote(self, request: PromoteModel) -> PromoteResult:
         c = self.controller
         started = time.perf_counter()
+        if request.manifest_version > c.cluster.manifest_version:
+            # The gateway admits requests under a new version as soon as it sees ManifestApplied;
+            # our fold has it once the recorder has written it: decide under that version.
+            with contextlib.suppress(TimeoutError):
+                await c.wait_for(lambda s: s.manifest_version >= request.manifest_version, within=10)
         tasks = c.react(PromoteWanted(model_id=request.model_id, reason=request.reason, worker_id=request.worker_id))
         results = await outcomes(tasks)
         for outcome in results:

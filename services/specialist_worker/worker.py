@@ -197,7 +197,9 @@ class Worker:
                 queue=subjects.INFER_QUEUE,
             )
 
-    async def ensure_resident(self, model_id: str, reason: str, cold_start: bool) -> float | None:
+    async def ensure_resident(
+        self, model_id: str, reason: str, cold_start: bool, manifest_version: int = 0
+    ) -> float | None:
         """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready.
 
         A request that finds its model standby (``cold_start``) asks cluster_state first
@@ -211,7 +213,7 @@ class Worker:
             return None
         started = time.perf_counter()
         if cold_start:
-            await self._promote_within_budget(model_id)
+            await self._promote_within_budget(model_id, manifest_version)
             if self.host.tier(model_id) in ("resident", "remote"):
                 return (time.perf_counter() - started) * 1e3
         async with self._lock(model_id):
@@ -221,8 +223,10 @@ class Worker:
             self._tier_event(step, reason, cold_start=cold_start)
             return step.elapsed_ms
 
-    async def _promote_within_budget(self, model_id: str) -> None:
-        ask = PromoteModel(model_id=model_id, reason="on_demand", worker_id=self.worker_id)
+    async def _promote_within_budget(self, model_id: str, manifest_version: int) -> None:
+        ask = PromoteModel(
+            model_id=model_id, reason="on_demand", worker_id=self.worker_id, manifest_version=manifest_version
+        )
         try:
             await rpc.request(self.nc, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
         except RemoteError as exc:
@@ -304,7 +308,7 @@ class Worker:
         if isinstance(hosted.target, RemoteEndpoint):
             await self._generate_remote(request, hosted.target, inbox)
             return
-        cold_ms = await self.ensure_resident(model_id, "on_demand", cold_start=True)
+        cold_ms = await self.ensure_resident(model_id, "on_demand", True, request.manifest_version)
         runtime = self.host.runtime(model_id)
         if not isinstance(runtime, BatchingGenerator):
             raise BadRequest(f"model '{model_id}' is an encoder; it can embed or classify, not generate")

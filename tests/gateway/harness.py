@@ -4,6 +4,11 @@ A specialist worker (the real one) hosts the models, router_svc routes, the gate
 serves HTTP through uvicorn on a free port; each has its own NATS connection, as
 separate processes would. Running them in-process lets one in-memory span exporter see
 every span of a request. Nothing here is a stand-in: it is the services' own code.
+
+By default the harness applies the manifest (it publishes ``ManifestApplied``) and loads
+the models on the worker itself; given a database, cluster_state runs too and does both,
+as in a deployment: it bootstraps the manifest, places the models on the heartbeating
+worker and serves ``nrt.manifest.apply`` (``PUT /v1/manifest``).
 """
 
 from __future__ import annotations
@@ -17,19 +22,23 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from litestar import Litestar
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 from openai import AsyncOpenAI
 
+from api_gateway.admission import AdmissionGate
 from api_gateway.app import create_app
 from api_gateway.settings import GatewaySettings
+from cluster_state.service import ClusterStateService
 from nrt.bus import rpc, subjects
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
 from nrt.infra import free_port
 from nrt.manifest import Manifest, parse_manifest
+from nrt.policies import Tuning
 from nrt.service import Health, HealthQuery, ServiceContext, health_subject
 from nrt.settings import Settings, models_dir
 from router_svc.app import run as run_router
@@ -40,6 +49,7 @@ from worker_calls import control
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ADMIN_KEY = "test-admin-key"
+CLUSTER_STATE_TUNING = Tuning(heartbeat_s=0.5, settle_s=5.0, retry_s=2.0)  # the worker beats every 0.5 s
 
 
 class _Server(uvicorn.Server):
@@ -61,12 +71,19 @@ class Stack:
     router: ServiceContext
     router_health: Subscription
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    cluster_state: ClusterStateService | None = None  # with a database: applies the manifest, places, swaps
 
     async def stop_router(self) -> None:
         """router_svc goes away: it stops taking requests and answering health checks."""
         self.router.stopping.set()
         await self.tasks[0]
         await self.router_health.unsubscribe()
+
+    def gate(self) -> AdmissionGate:
+        """The gateway's admission gate: closed while it has seen a swap's ``DrainStarted`` and not its cut-over."""
+        app = self.gateway.config.app
+        assert isinstance(app, Litestar)
+        return app.state.runtime.require().gate  # type: ignore[no-any-return]
 
     def client(self, **kwargs: object) -> AsyncOpenAI:
         return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, **kwargs)  # type: ignore[arg-type]
@@ -152,24 +169,48 @@ async def start_stack(
     settings: GatewaySettings | None = None,
     router_settings: RouterSettings | None = None,
     edit: tuple[str, str] | None = None,
+    database_url: str | None = None,
 ) -> AsyncIterator[Stack]:
     """Apply ``manifest_file`` (version 1), load its models on one worker at the declared
-    tiers (or ``loads``: model id -> tier), start router_svc and the gateway."""
+    tiers (or ``loads``: model id -> tier), start router_svc and the gateway.
+
+    With ``database_url`` (an empty, migrated database), cluster_state does the first two
+    instead: it records the events there, bootstraps the manifest as version 1 and places
+    its models on the worker, which then sends heartbeats."""
+    assert database_url is None or loads is None, "cluster_state places the models: no loads with a database"
     nc = await connect(nats_url, name="nrt-test")
     await fresh_events_stream(nc)
     text = fixture_manifest(manifest_file)
     if edit is not None:  # (old, new): a variant of the fixture manifest
         assert edit[0] in text
         text = text.replace(*edit)
-    manifest = await apply_manifest(nc, text)
     worker_nc = await connect(nats_url, name="specialist_worker")
-    worker = Worker(worker_nc, detect(), worker_id="w-gateway", max_batch_size=8)
-    await worker.start()
-    tiers = loads if loads is not None else {spec.id: spec.tier.value for spec in manifest.models}
-    for model_id, tier in tiers.items():
-        await control(
-            nc, worker.worker_id, action="load", model_id=model_id, source=manifest.model(model_id).source, tier=tier
+    worker = Worker(worker_nc, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
+    beating = asyncio.Event()
+    heartbeats: asyncio.Task[None] | None = None
+    cluster_state: ClusterStateService | None = None
+    if database_url is None:
+        manifest = await apply_manifest(nc, text)
+        await worker.start()
+        tiers = loads if loads is not None else {spec.id: spec.tier.value for spec in manifest.models}
+        for model_id, tier in tiers.items():
+            await control(
+                nc,
+                worker.worker_id,
+                action="load",
+                model_id=model_id,
+                source=manifest.model(model_id).source,
+                tier=tier,
+            )
+    else:
+        manifest = parse_manifest(text, "manifest v1")
+        await worker.start()
+        heartbeats = asyncio.create_task(worker.run_heartbeats(beating))
+        state_nc = await connect(nats_url, name="cluster_state")
+        cluster_state = ClusterStateService(
+            state_nc, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2
         )
+        await asyncio.wait_for(cluster_state.start(), 30)
     router_task, router_ctx, router_health = await serve_router(
         nats_url, router_settings or RouterSettings(classify_timeout=10, manifest_wait=2)
     )
@@ -192,9 +233,10 @@ async def start_stack(
         router_ctx,
         router_health,
         [router_task, gateway_task],
+        cluster_state,
     )
     try:
-        await wait_ready(base_url, partial=loads is not None)
+        await wait_ready(base_url, within=60 if cluster_state is not None else 20, partial=loads is not None)
         await worker.manifest.wait_for(lambda s: s.manifest_version >= 1, within=10)
         yield stack
     finally:
@@ -204,6 +246,12 @@ async def start_stack(
         await router_task
         if router_ctx.nc.is_connected:
             await router_ctx.nc.drain()
+        if cluster_state is not None:
+            await cluster_state.stop()
+            await cluster_state.nc.drain()
+        if heartbeats is not None:
+            beating.set()
+            await heartbeats
         if worker_nc.is_connected:
             await worker.stop()
             await worker_nc.drain()
