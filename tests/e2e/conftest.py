@@ -1,4 +1,8 @@
-"""A whole stack started with `nrt up` as a subprocess (embedded NATS and PostgreSQL)."""
+"""A whole stack started with `nrt up` as a subprocess (embedded NATS and PostgreSQL).
+
+`nrt up` runs in a process group of its own, as a shell's foreground job does, so a test
+can send it Ctrl-C the way a terminal does (SIGINT to the group).
+"""
 
 from __future__ import annotations
 
@@ -12,39 +16,31 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_processes import Stack
+from stack_processes import STACK_ENV, Stack
 
 from nrt.infra import free_port
-from nrt.stack.endpoints import discover
+from nrt.stack.endpoints import discover, stack_dir
 
 
 @pytest.fixture
 def start_stack(tmp_path: Path) -> Iterator[object]:
     started: list[Stack] = []
 
-    def start(manifest: Path, ready_within: float = 600.0) -> Stack:
-        data_dir = tmp_path / "stack"
+    def start(manifest: Path, ready_within: float = 600.0, in_nrt_home: bool = False) -> Stack:
+        """``in_nrt_home``: no ``--data-dir``, so the stack lives in NRT_HOME/stack as a user's does."""
+        data_dir = stack_dir() if in_nrt_home else tmp_path / "stack"
         log = tmp_path / "nrt-up.log"
-        env = {k: v for k, v in os.environ.items() if k not in ("NRT_NATS_URL", "NRT_DATABASE_URL")}
+        env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
         port = free_port()
+        argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(port)]
+        if not in_nrt_home:
+            argv += ["--data-dir", str(data_dir)]
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nrt.cli.main",
-                "up",
-                "--manifest",
-                str(manifest),
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-                "--ready-timeout",
-                str(ready_within),
-            ],
+            [*argv, "--ready-timeout", str(ready_within)],
             env=env,
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + ready_within + 120
         while (found := discover(data_dir)) is None:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from nrt.stack.endpoints import Endpoints
 
+# where a stack's servers and gateway are; a stack started by `nrt up` is found without them
+STACK_ENV = ("NRT_NATS_URL", "NRT_DATABASE_URL", "NRT_GATEWAY_URL")
+
 
 @dataclass
 class Stack:
@@ -48,3 +51,19 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def tiny_manifest(cluster: str) -> str:
+    """A manifest whose models are all the catalogue's tiny Llama: a router, a resident and a standby specialist."""
+    return f"""\
+cluster: {cluster}
+resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
+models:
+  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical}}
+  specialists:
+    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
+    - {{id: legal, source: "catalogue://tiny-llama", tier: standby}}
+routing:
+  entry: router
+  dispatch_rule: router.output.intent -> specialists.{{intent}}
+"""
