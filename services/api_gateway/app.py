@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.di import Provide
+from litestar.logging.config import LoggingConfig
 from litestar.openapi import OpenAPIConfig
 
 from api_gateway.cluster import cluster_state, get_manifest, list_models, put_manifest
@@ -47,6 +48,8 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="NRT API", version="0.1.0", path="/schema"),
+        # the service shell configured logging (format, level) for every NRT service: keep it
+        logging_config=LoggingConfig(configure_root_logger=False),
     )
     app.state.runtime = runtime
     return app
