@@ -82,12 +82,17 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
         log.info("%s stopped", name)
 
 
-def main(name: str, body: ServiceBody) -> None:
-    """``python -m <service>``: run the service in the foreground."""
+def configure_logging(name: str) -> None:
+    """Every service logs alike: ``NRT_LOG_LEVEL`` (default INFO), one line per record, named."""
     logging.basicConfig(
         level=os.environ.get("NRT_LOG_LEVEL", "INFO"),
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
+
+
+def main(name: str, body: ServiceBody) -> None:
+    """``python -m <service>``: run the service in the foreground."""
+    configure_logging(name)
     asyncio.run(run_service(name, body))
 
 

@@ -12,6 +12,10 @@ from collections.abc import Iterator
 import uvicorn
 
 from api_gateway.app import create_app
+from nrt.service import configure_logging
+from nrt.telemetry import setup_tracing
+
+SERVICE = "api_gateway"
 
 
 class _Server(uvicorn.Server):
@@ -21,6 +25,7 @@ class _Server(uvicorn.Server):
 
 
 async def serve() -> None:
+    setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
     config = uvicorn.Config(
         create_app(),
         host=os.environ.get("NRT_GATEWAY_HOST", "127.0.0.1"),
@@ -32,8 +37,9 @@ async def serve() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     await server.serve()
-    logging.getLogger("nrt.service").info("api_gateway stopped")
+    logging.getLogger("nrt.service").info("%s stopped", SERVICE)
 
 
 if __name__ == "__main__":
+    configure_logging(SERVICE)
     asyncio.run(serve())

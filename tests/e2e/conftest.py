@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_processes import STACK_ENV, Stack
+from stack_processes import STACK_ENV, OtlpReceiver, Stack
 
 from nrt.infra import free_port
 from nrt.stack.endpoints import discover, stack_dir
@@ -26,11 +26,13 @@ from nrt.stack.endpoints import discover, stack_dir
 def start_stack(tmp_path: Path) -> Iterator[object]:
     started: list[Stack] = []
 
-    def start(manifest: Path, ready_within: float = 600.0, in_nrt_home: bool = False) -> Stack:
+    def start(
+        manifest: Path, ready_within: float = 600.0, in_nrt_home: bool = False, extra_env: dict[str, str] | None = None
+    ) -> Stack:
         """``in_nrt_home``: no ``--data-dir``, so the stack lives in NRT_HOME/stack as a user's does."""
         data_dir = stack_dir() if in_nrt_home else tmp_path / "stack"
         log = tmp_path / "nrt-up.log"
-        env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | (extra_env or {})
         port = free_port()
         argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(port)]
         if not in_nrt_home:
@@ -60,3 +62,11 @@ def start_stack(tmp_path: Path) -> Iterator[object]:
                 stack.process.wait(60)
             except subprocess.TimeoutExpired:
                 stack.process.kill()
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP trace receiver on a free local port, as a tracing backend would run one."""
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()

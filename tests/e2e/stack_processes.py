@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from nrt.stack.endpoints import Endpoints
 
@@ -67,3 +75,36 @@ routing:
   entry: router
   dispatch_rule: router.output.intent -> specialists.{{intent}}
 """
+
+
+class OtlpReceiver:
+    """Accepts OTLP/HTTP protobuf trace exports (``POST /v1/traces``) and keeps their spans."""
+
+    def __init__(self) -> None:
+        spans: list[tuple[str, Span]] = []  # (service.name, span)
+        self.spans = spans
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource_spans in request.resource_spans:
+                    attributes = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                    for scope_spans in resource_spans.scope_spans:
+                        spans.extend((attributes.get("service.name", ""), span) for span in scope_spans.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+                self.wfile.write(ExportTraceServiceResponse().SerializeToString())
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

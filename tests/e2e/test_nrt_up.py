@@ -15,7 +15,7 @@ import httpx
 import psycopg
 import pytest
 from openai import OpenAI
-from stack_processes import alive, descendants, tiny_manifest
+from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
 from nrt.infra.pgurl import to_libpq
 
@@ -23,10 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = tiny_manifest("tiny-demo")
 
 
-def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(start_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(  # type: ignore[no-untyped-def]
+    start_stack, otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
     manifest = tmp_path / "tiny.yaml"
     manifest.write_text(TINY)
-    stack = start_stack(manifest)
+    tracing = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    stack = start_stack(manifest, extra_env=tracing)
     client = OpenAI(base_url=f"{stack.url}/v1", api_key="unused")
     stream = client.chat.completions.create(
         model="router",
@@ -73,6 +76,30 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(start_st
     assert folded.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
     assert folded.json()["manifest_version"] == 1
     assert folded.json()["counters"]["requests_admitted"] >= 1
+
+    # one trace across the four processes, exported over OTLP/HTTP by each of them
+    hops = {"api_gateway", "router_svc", "specialist_worker"}
+    deadline = time.monotonic() + 20
+    while True:
+        roots = [
+            span
+            for service, span in list(otlp_receiver.spans)
+            if service == "api_gateway"
+            and any(a.key == "nrt.request_id" and a.value.string_value == request_id for a in span.attributes)
+        ]
+        trace = [
+            (service, span)
+            for service, span in list(otlp_receiver.spans)
+            if roots and span.trace_id == roots[0].trace_id
+        ]
+        if hops <= {service for service, _ in trace} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert roots, f"the gateway exported no span for the request ({len(otlp_receiver.spans)} spans received)"
+    assert hops <= {service for service, _ in trace}, sorted({(service, span.name) for service, span in trace})
+    ids = {span.span_id for _, span in trace}
+    assert roots[0].parent_span_id == b""  # the gateway's span is the root ...
+    assert all(span.parent_span_id in ids for _, span in trace if span is not roots[0])  # ... of every hop
 
     children = descendants(stack.process.pid)
     assert len(children) >= 6  # nats-server, postgres, the four services
