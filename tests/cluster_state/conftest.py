@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
-from state_services import StartService, Workers
+from state_services import OnOneWorker, StartService, Workers
+from worker_helpers import ALL_PLACED, FAST, placed_as
 
 from cluster_state.service import ClusterStateService
 from nrt.policies import Tuning
@@ -52,3 +53,16 @@ def llama_copies(nrt_home: Path, tmp_path: Path) -> Callable[[str], str]:
         return str(target)
 
     return copy
+
+
+@pytest.fixture
+def on_one_worker(workers: Workers, start_cluster_state: StartService) -> OnOneWorker:
+    """Start worker w1, then cluster_state with ``manifest_text``; return once every model is placed."""
+
+    async def start(manifest_text: str) -> ClusterStateService:
+        await workers.start("w1")
+        service = await start_cluster_state(manifest_text=manifest_text, tuning=FAST)
+        await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+        return service
+
+    return start

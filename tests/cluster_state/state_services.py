@@ -14,6 +14,7 @@ from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 
 StartService = Callable[..., Awaitable[ClusterStateService]]
+OnOneWorker = Callable[[str], Awaitable[ClusterStateService]]
 
 
 async def until_head(store: EventStore, n: int, within: float = 20.0) -> int:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 from nats.aio.client import Client
-from state_services import StartService, Workers
-from worker_helpers import ALL_PLACED, FAST, generate, placed_as, tiers, worker_manifest
+from state_services import OnOneWorker, Workers
+from worker_helpers import ALL_PLACED, generate, tiers, worker_manifest
 
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
@@ -60,16 +60,10 @@ def first(log: list[RecordedEvent], kind: type, **fields: object) -> int:
 
 
 async def test_a_swap_warms_first_waits_for_the_old_versions_requests_then_cuts_over(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
     v1 = worker_manifest(llama_copies, gpu="4GB")
-    service = await start_cluster_state(manifest_text=v1, tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(v1)
     publisher = EventPublisher(nc)
     await publisher.publish(admitted("in-flight"))  # a request running under v1
     await service.controller.wait_for(lambda s: s.in_flight_under(1) == 1, within=10)
@@ -113,15 +107,9 @@ async def test_a_swap_warms_first_waits_for_the_old_versions_requests_then_cuts_
 
 
 async def test_a_drain_that_outlasts_its_timeout_cuts_over_and_counts_the_abandoned(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies))
     await EventPublisher(nc).publish(admitted("stuck"))
     await service.controller.wait_for(lambda s: s.in_flight_under(1) == 1, within=10)
     v2 = worker_manifest(llama_copies, drain="{timeout: 1s, admission_wait: 1s}", legal=False)
@@ -136,15 +124,12 @@ async def test_a_drain_that_outlasts_its_timeout_cuts_over_and_counts_the_abando
 
 async def test_a_swap_whose_model_cannot_load_leaves_the_old_manifest_serving(
     nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
     llama_copies: Callable[[str], str],
     event_store: EventStore,
     tmp_path: object,
+    on_one_worker: OnOneWorker,
 ) -> None:
-    await workers.start("w1")
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies))
     broken = "    - id: broken\n      source: /nonexistent/export\n      tier: standby\n      footprint: 1GB\n"
     v2 = worker_manifest(llama_copies, contracts=True, extra=broken)
     with pytest.raises(RemoteError) as failed:
@@ -165,14 +150,12 @@ async def test_a_swap_whose_model_cannot_load_leaves_the_old_manifest_serving(
 async def test_invalid_unchanged_and_unplaceable_manifests(
     nc: Client,
     workers: Workers,
-    start_cluster_state: StartService,
     llama_copies: Callable[[str], str],
     event_store: EventStore,
+    on_one_worker: OnOneWorker,
 ) -> None:
-    await workers.start("w1")
     v1 = worker_manifest(llama_copies)
-    service = await start_cluster_state(manifest_text=v1, tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(v1)
     with pytest.raises(RemoteError) as invalid:
         await apply(nc, v1.replace("tier: standby", "tier: frozen"))
     assert (invalid.value.status, invalid.value.code) == (400, "invalid_manifest")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 from nats.aio.client import Client
-from state_services import StartService, Workers
+from state_services import OnOneWorker, StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, fired, generate, placed_as, tier_changes, tiers, used, worker_manifest
 
 from nrt.bus import rpc, subjects
@@ -50,15 +50,9 @@ async def test_models_are_placed_on_the_live_worker_at_their_declared_tiers(
 
 
 async def test_a_router_hit_warms_the_co_activated_model_once_demoting_the_lru_one(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, gpu="3GB"), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies, gpu="3GB"))
     publisher = EventPublisher(nc)
     await publisher.publish(used("technical"))
     await publisher.publish(used("billing"))  # technical is now the least recently used non-critical resident
@@ -77,16 +71,10 @@ async def test_a_router_hit_warms_the_co_activated_model_once_demoting_the_lru_o
 
 
 async def test_budget_pressure_never_demotes_a_critical_model_the_promotion_is_refused_with_numbers(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
     manifest = worker_manifest(llama_copies, critical=("router", "billing", "technical"))
-    service = await start_cluster_state(manifest_text=manifest, tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(manifest)
     with pytest.raises(RemoteError) as refused:
         await rpc.request(nc, subjects.PROMOTE, PromoteModel(model_id="legal"), PromoteResult, timeout=30)
     assert refused.value.status == 503
@@ -101,11 +89,9 @@ async def test_budget_pressure_never_demotes_a_critical_model_the_promotion_is_r
 
 
 async def test_promote_request_demotes_the_lru_model_and_answers_when_done(
-    nc: Client, workers: Workers, start_cluster_state: StartService, llama_copies: Callable[[str], str]
+    nc: Client, llama_copies: Callable[[str], str], on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies))
     await EventPublisher(nc).publish(used("technical"))
     await service.controller.wait_for(lambda s: s.models["technical"].last_used_at is not None, within=10)
     result = await rpc.request(nc, subjects.PROMOTE, PromoteModel(model_id="legal"), PromoteResult, timeout=30)
@@ -114,16 +100,10 @@ async def test_promote_request_demotes_the_lru_model_and_answers_when_done(
 
 
 async def test_an_idle_session_loses_its_kv_on_the_worker_and_a_young_one_keeps_it(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
     lru = "{idle_threshold: 1s, min_lifetime: 3s, sweep_interval: 0.5s}"
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, lru=lru), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies, lru=lru))
     await generate(nc, "billing", session_id="old")
     await service.controller.wait_for(lambda s: "old" in s.sessions and s.sessions["old"].kv_bytes > 0, within=10)
     await asyncio.sleep(2.5)
@@ -171,12 +151,10 @@ async def test_a_worker_that_stops_heartbeating_is_lost_and_its_models_move(
 
 
 async def test_a_request_for_a_standby_model_is_promoted_within_the_budget_or_refused_with_the_reason(
-    nc: Client, workers: Workers, start_cluster_state: StartService, llama_copies: Callable[[str], str]
+    nc: Client, llama_copies: Callable[[str], str], on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
     manifest = worker_manifest(llama_copies, critical=("router", "billing", "technical"))
-    service = await start_cluster_state(manifest_text=manifest, tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(manifest)
     # the budget is full of critical residents: the request gets cluster_state's 503 and its numbers
     with pytest.raises(RemoteError) as refused:
         await generate(nc, "legal")
@@ -187,15 +165,9 @@ async def test_a_request_for_a_standby_model_is_promoted_within_the_budget_or_re
 
 
 async def test_a_request_for_a_standby_model_makes_room_by_demoting_the_lru_model_first(
-    nc: Client,
-    workers: Workers,
-    start_cluster_state: StartService,
-    llama_copies: Callable[[str], str],
-    event_store: EventStore,
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
 ) -> None:
-    await workers.start("w1")
-    service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
-    await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
+    service = await on_one_worker(worker_manifest(llama_copies))
     await EventPublisher(nc).publish(used("technical"))  # billing is now the least recently used
     await service.controller.wait_for(lambda s: s.models["technical"].last_used_at is not None, within=10)
     chunks = await generate(nc, "legal")
