@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nrt.catalogue import CatalogueSource, LocalSource, SourceError, find_prepared, get_entry, resolve_source
-from nrt.catalogue.layout import MODEL_FILE
+from nrt.inference.artifact import MODEL_FILE
 from nrt.manifest import Manifest
 
 

@@ -12,7 +12,7 @@ import msgspec
 
 from nrt.bus.errors import BadRequest, Unavailable
 from nrt.catalogue import CatalogueSource, RemoteSource, SourceError, find_prepared, resolve_source
-from nrt.catalogue.layout import MODEL_FILE
+from nrt.inference.artifact import MODEL_FILE
 
 
 class LocalArtifact(msgspec.Struct, frozen=True):

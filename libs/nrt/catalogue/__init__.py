@@ -27,7 +27,7 @@ from nrt.catalogue.artifacts import (
 from nrt.catalogue.catalogue import CATALOGUE, UnknownModelError, catalogue_names, get_entry
 from nrt.catalogue.describe import ArtifactError
 from nrt.catalogue.entry import BuildContext, CatalogueEntry
-from nrt.catalogue.layout import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE, artifact_dir
+from nrt.catalogue.layout import artifact_dir
 from nrt.catalogue.progress import NoProgress, Progress, StepLog
 from nrt.catalogue.record import (
     FORMAT_VERSION,
@@ -47,6 +47,7 @@ from nrt.catalogue.sources import (
     SourceError,
     resolve_source,
 )
+from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
 
 __all__ = [
     "CATALOGUE",

@@ -17,11 +17,12 @@ import msgspec
 from nrt.catalogue.catalogue import get_entry
 from nrt.catalogue.describe import ArtifactError
 from nrt.catalogue.entry import BuildContext, CatalogueEntry
-from nrt.catalogue.layout import RECORD_FILE, artifact_dir, build_lock, install, staging_dir
+from nrt.catalogue.layout import artifact_dir, build_lock, install, staging_dir
 from nrt.catalogue.local import describe_local
 from nrt.catalogue.progress import NoProgress, Progress
 from nrt.catalogue.record import ArtifactRecord, RecordError, load_record, save_record, verify, with_files
 from nrt.catalogue.sources import CatalogueSource, LocalSource
+from nrt.inference.artifact import RECORD_FILE
 
 CHECKSUM_STEP = "Compute checksums and write the record"
 INSTALL_STEP = "Install into the model cache"

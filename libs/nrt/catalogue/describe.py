@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from nrt.catalogue.record import ArtifactRecord, Pooling, Quantization
 from nrt.catalogue.signature import GraphSignature, numpy_dtype, static_dim
+from nrt.inference.errors import ArtifactError  # one error for an unusable artifact, at build and at load
 
-
-class ArtifactError(Exception):
-    """An artifact directory or ONNX graph is not usable by NRT (the message says why)."""
+__all__ = ["ArtifactError", "causal_lm_record", "encoder_record"]
 
 
 def causal_lm_record(

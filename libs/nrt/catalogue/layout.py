@@ -20,11 +20,6 @@ from pathlib import Path
 
 from nrt import settings
 
-MODEL_FILE = "model.onnx"
-TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "config.json"
-RECORD_FILE = "nrt-artifact.json"
-
 _STAGING_PREFIX = ".staging-"
 _TRASH_PREFIX = ".trash-"
 

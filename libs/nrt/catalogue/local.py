@@ -15,26 +15,13 @@ import msgspec
 from tokenizers import Tokenizer
 
 from nrt.catalogue.describe import ArtifactError, causal_lm_record, encoder_record
-from nrt.catalogue.layout import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.catalogue.record import ArtifactRecord, Quantization
 from nrt.catalogue.signature import read_signature
+from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, HFConfig, read_hf_config
 
 RECIPE = "local-onnx/1"
 _INT8_DYNAMIC_OPS = frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"})
 _OTHER_QUANTIZED_OPS = frozenset({"QLinearMatMul", "QuantizeLinear", "MatMulNBits", "GatherBlockQuantized"})
-
-
-class _TextConfig(msgspec.Struct):
-    max_position_embeddings: int | None = None
-    n_positions: int | None = None
-    vocab_size: int | None = None
-    bos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    pad_token_id: int | None = None
-
-
-class _Config(_TextConfig):
-    text_config: _TextConfig | None = None
 
 
 class _GenerationConfig(msgspec.Struct):
@@ -125,15 +112,13 @@ def _read(path: Path, kind: type[Any]) -> Any:
         raise ArtifactError(f"{path}: {exc}") from exc
 
 
-def _text_config(directory: Path) -> _TextConfig:
-    path = directory / CONFIG_FILE
-    if not path.is_file():
+def _text_config(directory: Path) -> HFConfig:
+    if not (directory / CONFIG_FILE).is_file():
         raise ArtifactError(f"{directory} has no {CONFIG_FILE} (needed for the context length and special token ids)")
-    config: _Config = _read(path, _Config)
-    return config.text_config if config.text_config is not None else config
+    return read_hf_config(directory)
 
 
-def _eos(directory: Path, config: _TextConfig) -> tuple[int, ...]:
+def _eos(directory: Path, config: HFConfig) -> tuple[int, ...]:
     generation: _GenerationConfig = _read(directory / "generation_config.json", _GenerationConfig)
     value = generation.eos_token_id if generation.eos_token_id is not None else config.eos_token_id
     if value is None:

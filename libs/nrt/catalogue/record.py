@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from nrt.catalogue.layout import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
+from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
 
 FORMAT_VERSION = 1
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import msgspec
 import onnxruntime as ort
 
-_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
-_PRESENT = re.compile(r"^present\.(\d+)\.(key|value)$")
-_NUMPY_DTYPES = {
-    "tensor(float)": "float32",
-    "tensor(float16)": "float16",
-    "tensor(bfloat16)": "bfloat16",
-    "tensor(double)": "float64",
-}
+from nrt.inference.artifact import PAST_RE, PRESENT_RE, layer_names, numpy_dtype, static_dim
+
+__all__ = ["GraphIO", "GraphSignature", "numpy_dtype", "read_signature", "static_dim"]
 
 
 class GraphIO(msgspec.Struct, frozen=True):
@@ -47,11 +41,11 @@ class GraphSignature(msgspec.Struct, frozen=True):
     @property
     def past_inputs(self) -> tuple[str, ...]:
         """``past_key_values.{i}.key/value`` in layer order, key before value."""
-        return _layer_ordered(self.input_names, _PAST)
+        return layer_names(self.input_names, PAST_RE)
 
     @property
     def present_outputs(self) -> tuple[str, ...]:
-        return _layer_ordered(self.output_names, _PRESENT)
+        return layer_names(self.output_names, PRESENT_RE)
 
 
 def read_signature(model: Path) -> GraphSignature:
@@ -65,24 +59,6 @@ def read_signature(model: Path) -> GraphSignature:
     )
 
 
-def numpy_dtype(onnx_type: str) -> str | None:
-    """``tensor(float)`` -> ``float32``; None for types the catalogue does not expect for KV."""
-    return _NUMPY_DTYPES.get(onnx_type)
-
-
-def static_dim(value: int | str | None) -> int | None:
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def _io(item: ort.NodeArg) -> GraphIO:
     shape = tuple(dim if isinstance(dim, int | str) else None for dim in (item.shape or ()))
     return GraphIO(name=item.name, shape=shape, type=item.type)
-
-
-def _layer_ordered(names: tuple[str, ...], pattern: re.Pattern[str]) -> tuple[str, ...]:
-    found: dict[tuple[int, int], str] = {}
-    for name in names:
-        match = pattern.match(name)
-        if match:
-            found[(int(match.group(1)), 0 if match.group(2) == "key" else 1)] = name
-    return tuple(found[key] for key in sorted(found))

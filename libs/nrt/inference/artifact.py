@@ -9,6 +9,7 @@ read from the ONNX graph first (the ground truth), then ``nrt-artifact.json``, t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -24,8 +25,9 @@ RECORD_FILE = "nrt-artifact.json"
 
 ModelKind = Literal["causal-lm", "encoder"]
 
-_PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
-_PRESENT_RE = re.compile(r"^present\.(\d+)\.(key|value)$")
+# optimum's ``text-generation-with-past`` names: one key and one value tensor per layer
+PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+PRESENT_RE = re.compile(r"^present\.(\d+)\.(key|value)$")
 
 _NUMPY_DTYPES = {
     "tensor(float)": "float32",
@@ -65,6 +67,7 @@ class HFConfig(msgspec.Struct, frozen=True):
     head_dim: int | None = None
     vocab_size: int | None = None
     max_position_embeddings: int | None = None
+    n_positions: int | None = None  # GPT-2 style name of the context length
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
@@ -136,11 +139,18 @@ def require_file(model_dir: Path, name: str) -> Path:
     return path
 
 
-def _static(dim: object) -> int | None:
+def numpy_dtype(onnx_type: str) -> str | None:
+    """``tensor(float)`` -> ``float32``; None for an element type the engine does not know."""
+    return _NUMPY_DTYPES.get(onnx_type)
+
+
+def static_dim(dim: object) -> int | None:
+    """A fixed axis length, or None for a symbolic or unknown one."""
     return dim if isinstance(dim, int) and dim > 0 else None
 
 
-def _layer_names(names: list[str], pattern: re.Pattern[str]) -> tuple[str, ...]:
+def layer_names(names: Sequence[str], pattern: re.Pattern[str]) -> tuple[str, ...]:
+    """The names matching ``PAST_RE`` or ``PRESENT_RE``, in layer order, key before value."""
     found: dict[tuple[int, int], str] = {}
     for name in names:
         match = pattern.match(name)
@@ -155,8 +165,8 @@ def read_signature(session: ort.InferenceSession) -> GraphSignature:
     outputs = {o.name: o for o in session.get_outputs()}
     if "input_ids" not in inputs or "logits" not in outputs:
         raise ArtifactError("the ONNX graph has no input_ids input or no logits output")
-    past_names = _layer_names(list(inputs), _PAST_RE)
-    present_names = _layer_names(list(outputs), _PRESENT_RE)
+    past_names = layer_names(list(inputs), PAST_RE)
+    present_names = layer_names(list(outputs), PRESENT_RE)
     if not past_names or len(past_names) != len(present_names) or len(past_names) % 2:
         raise ArtifactError(
             "the ONNX graph has no matching past_key_values.{i}.key/value inputs and "
@@ -170,11 +180,11 @@ def read_signature(session: ort.InferenceSession) -> GraphSignature:
         present_names=present_names,
         has_position_ids="position_ids" in inputs,
         has_use_cache_branch="use_cache_branch" in inputs,
-        ids_dtype=_NUMPY_DTYPES.get(inputs["input_ids"].type, "int64"),
-        kv_dtype=_NUMPY_DTYPES.get(past0.type, "float32"),
-        vocab_size=_static(logits_shape[-1]) if logits_shape else None,
-        num_kv_heads=_static(past0.shape[1]) if len(past0.shape) == 4 else None,
-        head_dim=_static(past0.shape[3]) if len(past0.shape) == 4 else None,
+        ids_dtype=numpy_dtype(inputs["input_ids"].type) or "int64",
+        kv_dtype=numpy_dtype(past0.type) or "float32",
+        vocab_size=static_dim(logits_shape[-1]) if logits_shape else None,
+        num_kv_heads=static_dim(past0.shape[1]) if len(past0.shape) == 4 else None,
+        head_dim=static_dim(past0.shape[3]) if len(past0.shape) == 4 else None,
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nrt.catalogue.describe import ArtifactError
-from nrt.catalogue.layout import CONFIG_FILE, MODEL_FILE
+from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE
 
 _NOISY_LOGGERS = ("transformers", "optimum", "onnxruntime", "torch")
 

@@ -17,9 +17,9 @@ from tokenizers import Tokenizer
 from nrt.catalogue.builders.export import export_feature_extraction, move_export, offline, quiet, untyped
 from nrt.catalogue.describe import ArtifactError, encoder_record
 from nrt.catalogue.entry import BuildContext
-from nrt.catalogue.layout import MODEL_FILE, TOKENIZER_FILE
 from nrt.catalogue.record import ArtifactRecord
 from nrt.catalogue.signature import read_signature
+from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
 
 NAME = "minilm-l6"
 RECIPE = f"{NAME}/2"

@@ -15,9 +15,9 @@ from nrt.catalogue.builders.export import export_causal_lm, move_export, offline
 from nrt.catalogue.byte_tokenizer import SPECIAL_TOKENS, byte_level_tokenizer
 from nrt.catalogue.describe import ArtifactError, causal_lm_record
 from nrt.catalogue.entry import BuildContext
-from nrt.catalogue.layout import MODEL_FILE, TOKENIZER_FILE
 from nrt.catalogue.record import ArtifactRecord
 from nrt.catalogue.signature import read_signature
+from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
 
 NAME = "tiny-llama"
 RECIPE = f"{NAME}/1"
