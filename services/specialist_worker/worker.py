@@ -216,8 +216,12 @@ class Worker:
             await self._promote_within_budget(model_id, manifest_version)
             if self.host.tier(model_id) in ("resident", "remote"):
                 return (time.perf_counter() - started) * 1e3
+        return await self._promote_here(model_id, reason, cold_start)
+
+    async def _promote_here(self, model_id: str, reason: str, cold_start: bool) -> float | None:
+        """standby -> resident on this worker, measured and recorded; None if it was not standby."""
         async with self._lock(model_id):
-            if self.host.tier(model_id) == "resident":
+            if self.host.tier(model_id) != "standby":
                 return None
             step = await asyncio.to_thread(self.host.promote, model_id)
             self._tier_event(step, reason, cold_start=cold_start)
@@ -243,10 +247,8 @@ class Worker:
             await self.load(model_id, command.source, command.tier, command.reason)
         elif command.action == "promote":
             self.host.get(model_id)
-            async with self._lock(model_id):  # a promotion a waiting request asked for is its cold start
-                if self.host.tier(model_id) == "standby":
-                    step = await asyncio.to_thread(self.host.promote, model_id)
-                    self._tier_event(step, command.reason, cold_start=command.reason == "on_demand")
+            # a promotion that a waiting request asked for (on_demand) is that request's cold start
+            await self._promote_here(model_id, command.reason, cold_start=command.reason == "on_demand")
         elif command.action in ("demote", "unload"):
             self.host.get(model_id)
             async with self._lock(model_id):
