@@ -73,7 +73,8 @@ STATE_TIMEOUT = 2.0
     summary="The folded cluster state, as cluster_state recorded it",
     description=(
         "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
-        "When cluster_state does not answer, the gateway's own fold of the event stream, marked "
+        "When cluster_state does not answer, the gateway's own fold of the control-plane events "
+        "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
         f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`)."
     ),
 )

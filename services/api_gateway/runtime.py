@@ -22,6 +22,7 @@ from nrt.bus.connection import connect
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
+from nrt.events import CONTROL_PLANE
 
 log = logging.getLogger("api_gateway")
 
@@ -61,7 +62,7 @@ class Runtime:
                 await ensure_events_stream(js)
                 follower = EventFollower(nc)
                 gate = AdmissionGate(follower)
-                await follower.start(js)
+                await follower.start(js, types=CONTROL_PLANE)
                 break
             except Exception as exc:  # JetStream not ready yet
                 log.warning("cannot follow the event stream yet: %s", exc)

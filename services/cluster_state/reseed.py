@@ -24,6 +24,7 @@ from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
 from nrt.events import (
+    CONTROL_PLANE,
     DrainCompleted,
     DrainStarted,
     Event,
@@ -32,17 +33,13 @@ from nrt.events import (
     ModelPlaced,
     TierChanged,
     WorkerJoined,
-    WorkerLost,
     decode,
 )
 from nrt.state import ClusterState, evolve
 from nrt.store import EventStore, RecordedEvent
 
 # the events that decide the manifest, the workers and the placements (nothing else changes them)
-STATE_TYPES = tuple(
-    t.__name__
-    for t in (ManifestApplied, DrainStarted, DrainCompleted, WorkerJoined, WorkerLost, ModelPlaced, TierChanged)
-)
+STATE_TYPES = tuple(t.__name__ for t in CONTROL_PLANE)
 
 
 async def stream_holds_manifest(js: JetStreamContext, cluster: ClusterState) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from nrt.bus import subjects
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
+from nrt.events import CONTROL_PLANE
 from nrt.service import ServiceContext
 from router_svc.manifests import ManifestHistory
 from router_svc.relay import RouteServer
@@ -21,7 +22,7 @@ async def run(ctx: ServiceContext, settings: RouterSettings | None = None) -> No
     settings = settings or RouterSettings.from_env()
     follower = EventFollower(ctx.nc)
     manifests = ManifestHistory(follower)
-    await follower.start()
+    await follower.start(types=CONTROL_PLANE)
     emitter = EventEmitter(ctx.nc)
     await emitter.start()
     router = Router(ctx.nc, manifests, emitter, settings)

@@ -17,7 +17,16 @@ from nrt.bus import rpc, subjects
 from nrt.bus.errors import BadRequest, RemoteError
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import Event, SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined, WorkerLost
+from nrt.events import (
+    Event,
+    ManifestApplied,
+    SessionKvEvicted,
+    SessionOpened,
+    SessionTouched,
+    TierChanged,
+    WorkerJoined,
+    WorkerLost,
+)
 from nrt.inference import (
     ArtifactRegistry,
     BatchingGenerator,
@@ -83,7 +92,7 @@ class Worker:
     # -- life cycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.manifest.start(only="ManifestApplied")
+        await self.manifest.start(types=(ManifestApplied,), latest_only=True)
         await rpc.serve(self.nc, subjects.control(self.worker_id), ControlCommand, self.control)
         await self.events.publish(WorkerJoined(worker_id=self.worker_id, **msgspec.structs.asdict(self.resources)))
         await self.heartbeat()

@@ -8,7 +8,7 @@ from nats.aio.client import Client
 
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import Event, ManifestApplied, TierChanged
+from nrt.events import CONTROL_PLANE, Event, ManifestApplied, TierChanged
 from nrt.state import fold
 from nrt.testing.traffic import traffic
 
@@ -57,3 +57,26 @@ async def test_a_manifest_that_does_not_parse_keeps_the_last_good_one(nc: Client
     await follower.wait_for(lambda s: s.manifest_version == 2, within=5)
     assert follower.manifest is not None
     assert follower.manifest.cluster == "customer-support-agent"
+
+
+async def test_a_control_plane_follower_sees_only_control_plane_events(nc: Client) -> None:
+    publisher = EventPublisher(nc)
+    events: list[Event] = list(traffic(60))
+    for event in events:
+        await publisher.publish(event)
+    control = [event for event in events if isinstance(event, CONTROL_PLANE)]
+    assert 0 < len(control) < len(events)  # the traffic has both kinds
+    seen: list[Event] = []
+    follower = EventFollower(nc)
+    follower.listen(lambda event, _: seen.append(event))
+    await follower.start(types=CONTROL_PLANE)
+    state = await follower.wait_for(lambda s: s.events_applied == len(control), within=5)
+    assert [event.event_id for event in seen] == [event.event_id for event in control]
+    assert state == fold(control)
+    full = fold(events)
+    assert (state.manifest_version, state.workers, state.draining) == (
+        full.manifest_version,
+        full.workers,
+        full.draining,
+    )
+    assert {m: s.tiers for m, s in state.models.items()} == {m: s.tiers for m, s in full.models.items()}

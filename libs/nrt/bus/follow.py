@@ -1,23 +1,25 @@
 """Follow the event stream and fold it into a local ClusterState (the gateway's and router's view).
 
-An ordered, ephemeral JetStream consumer delivers every event from the start of the
+An ordered, ephemeral JetStream consumer delivers the events from the start of the
 stream, in order; each is folded with the same pure ``evolve`` that cluster_state and
 ``nrt replay`` use. The manifest in force is parsed from the last ``ManifestApplied``.
+A follower may take only some event types (the gateway and router_svc follow the
+control plane): the server filters, so the others never reach the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from nrt.bus import subjects
-from nrt.events import AnyEvent, EventDecodeError, decode
+from nrt.events import AnyEvent, Event, EventDecodeError, decode
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.state import ClusterState, evolve
 
@@ -37,15 +39,24 @@ class EventFollower:
         self._listeners: list[Listener] = []
         self._sub: object | None = None
 
-    async def start(self, js: JetStreamContext | None = None, *, only: str | None = None) -> None:
-        """Start following; ``only="ManifestApplied"`` follows one event type from its last event."""
+    async def start(
+        self,
+        js: JetStreamContext | None = None,
+        *,
+        types: Sequence[type[Event]] = (),
+        latest_only: bool = False,
+    ) -> None:
+        """Start following every event, or only those of ``types``; ``latest_only`` starts from
+        the last event of each type instead of the beginning of the stream."""
         js = js or self.nc.jetstream()
+        config = ConsumerConfig(filter_subjects=[subjects.event(t.__name__) for t in types]) if types else None
         self._sub = await js.subscribe(
-            subjects.event(only) if only else subjects.EVENTS_ALL,
+            subjects.EVENTS_ALL,
             stream=subjects.EVENTS_STREAM,
             ordered_consumer=True,
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT if only else DeliverPolicy.ALL,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT if latest_only else DeliverPolicy.ALL,
             cb=self._on_message,
+            config=config,
         )
 
     def listen(self, listener: Listener) -> None:

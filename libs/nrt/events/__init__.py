@@ -2,6 +2,7 @@
 
 from nrt.events.codec import EventDecodeError, decode, encode, event_class, schema_version
 from nrt.events.schema import (
+    CONTROL_PLANE,
     EVENT_TYPES,
     AnyEvent,
     DrainCompleted,
@@ -26,6 +27,7 @@ from nrt.events.schema import (
 )
 
 __all__ = [
+    "CONTROL_PLANE",
     "EVENT_TYPES",
     "AnyEvent",
     "DrainCompleted",

@@ -282,3 +282,17 @@ AnyEvent = (
     | RequestCompleted
     | RequestFailed
 )
+
+# The events that shape the control plane: the manifest in force, drains, workers, where each
+# model is placed and at which tier. The gateway and router_svc follow only these: their folds
+# need no request or session facts, and each routed request would otherwise wake both of them
+# once per event it causes.
+CONTROL_PLANE: tuple[type[Event], ...] = (
+    ManifestApplied,
+    DrainStarted,
+    DrainCompleted,
+    WorkerJoined,
+    WorkerLost,
+    ModelPlaced,
+    TierChanged,
+)
