@@ -5,10 +5,11 @@ each request takes one subject below it. No SUB/UNSUB per request: in a NATS clu
 would spread interest changes to every server for each request.
 
 router_svc answers on the inbox with a ``Dispatch`` frame (routed requests), then the
-worker streams ``GenerateChunk`` frames and an ``end`` frame to the same inbox. Every
-wait has a deadline: the first frame within ``route_timeout``, each next one within
-``idle_timeout``, the whole request within ``request_timeout``. A missed deadline, an
-error frame or a no-responders status raises RemoteError; nothing waits forever.
+worker streams ``GenerateChunk`` frames to the same inbox, the last one marked as such
+(or followed by an ``end`` frame). Every wait has a deadline: the first frame within
+``route_timeout``, each next one within ``idle_timeout``, the whole request within
+``request_timeout``. A missed deadline, an error frame or a no-responders status raises
+RemoteError; nothing waits forever.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class RouteExchange:
         self.inbox, self.queue = inboxes.open()
         self.source = subjects.ROUTE  # who is expected to speak next (for error messages)
         self.frames = 0
+        self.finished = False  # the last frame has come
         self._deadline = time.monotonic() + settings.request_timeout
 
     async def open(self, request: RouteRequest) -> None:
@@ -72,6 +74,8 @@ class RouteExchange:
 
     async def next(self) -> InboxFrame | None:
         """The next frame, or None at the end of the answer."""
+        if self.finished:
+            return None
         wait = self.settings.route_timeout if self.frames == 0 else self.settings.idle_timeout
         remaining = self._deadline - time.monotonic()
         try:
@@ -85,7 +89,7 @@ class RouteExchange:
             which = "first reply" if self.frames == 0 else "next token"
             raise DeadlineExceeded(f"no {which} from {self.source} within {wait:g}s") from None
         self.frames += 1
-        payload = rpc.frame_payload(msg, self.source)
+        payload, self.finished = rpc.frame_payload(msg, self.source)
         if payload is None:
             return None
         try:

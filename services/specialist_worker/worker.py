@@ -307,9 +307,9 @@ class Worker:
             if isinstance(request, GenerateRequest):
                 await self.generate(request, inbox)
             elif isinstance(request, ClassifyRequest):
-                await inbox.send(await self.classify(request))
+                await inbox.send(await self.classify(request), last=True)
             elif isinstance(request, EmbedRequest):
-                await inbox.send(await self.embed(request))
+                await inbox.send(await self.embed(request), last=True)
         finally:
             hosted.active_requests -= 1
 
@@ -351,7 +351,8 @@ class Worker:
                         usage=chunk.usage,
                         timings=chunk.timings,
                         cold_start_ms=cold_ms,
-                    )
+                    ),
+                    last=chunk.finish_reason is not None,
                 )
                 cold_ms = None  # on the first chunk only
         except ContextWindowError as exc:

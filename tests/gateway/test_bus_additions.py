@@ -58,7 +58,7 @@ async def test_emitter_counts_events_that_cannot_be_stored(nc: Client) -> None:
     await emitter.close()
 
 
-async def test_frame_payload_reads_data_end_error_and_no_responders(nc: Client) -> None:
+async def test_frame_payload_reads_data_last_end_error_and_no_responders(nc: Client) -> None:
     inbox = nc.new_inbox()
     queue: asyncio.Queue[Msg] = asyncio.Queue()
     await nc.subscribe(inbox, cb=queue.put)
@@ -67,13 +67,17 @@ async def test_frame_payload_reads_data_end_error_and_no_responders(nc: Client) 
         request_id="r", entry_model="router", intent=None, target="fallback", scores={}, router_ms=1, rule="x"
     )
     await frames.send(dispatch)
+    assert not frames.ended
+    await frames.send(dispatch, last=True)
+    assert frames.ended
     await frames.fail(RemoteError("context_window_exceeded", "too long", 400))
     await frames.end()
-    assert rpc.frame_payload(await queue.get(), "s") == rpc.encode(dispatch)
+    assert rpc.frame_payload(await queue.get(), "s") == (rpc.encode(dispatch), False)
+    assert rpc.frame_payload(await queue.get(), "s") == (rpc.encode(dispatch), True)
     with pytest.raises(RemoteError) as caught:
         rpc.frame_payload(await queue.get(), "s")
     assert (caught.value.code, caught.value.status) == ("context_window_exceeded", 400)
-    assert rpc.frame_payload(await queue.get(), "s") is None
+    assert rpc.frame_payload(await queue.get(), "s") == (None, True)
     await nc.publish("nrt.nobody.listens", b"{}", reply=inbox)  # the server answers 503: no responders
     with pytest.raises(Unavailable, match=r"nothing is serving nrt\.infer\.x"):
         rpc.frame_payload(await asyncio.wait_for(queue.get(), 5), "nrt.infer.x")

@@ -8,6 +8,7 @@ import time
 import msgspec
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -86,6 +87,26 @@ async def _count(ask: Ask, inbox: rpc.StreamInbox) -> None:
         await inbox.send(Token(index=i))
     if ask.text == "fail-midway":
         raise RemoteError("worker_failed", "the model crashed after 3 tokens", 502)
+
+
+async def _count_to_last(ask: Ask, inbox: rpc.StreamInbox) -> None:
+    for i in range(ask.repeat):
+        await inbox.send(Token(index=i), last=i == ask.repeat - 1)
+
+
+async def test_a_stream_whose_last_chunk_says_so_needs_no_end_frame(nc: Client) -> None:
+    await rpc.serve_stream(nc, "t.last", Ask, _count_to_last)
+    tokens = [t.index async for t in rpc.stream(nc, "t.last", Ask(text="", repeat=3), Token, 2, 2)]
+    assert tokens == [0, 1, 2]
+    inbox = nc.new_inbox()
+    frames: asyncio.Queue[Msg] = asyncio.Queue()
+    await nc.subscribe(inbox, cb=frames.put)
+    await nc.publish("t.last", rpc.encode(Ask(text="", repeat=2)), reply=inbox)
+    kinds = [(await asyncio.wait_for(frames.get(), 2)).headers[rpc.FRAME] for _ in range(2)]
+    assert kinds == [rpc.DATA, rpc.LAST]
+    await nc.flush()
+    await asyncio.sleep(0.2)
+    assert frames.empty()  # serve_stream sent no end frame after the last chunk
 
 
 async def test_streamed_reply_ends_or_fails_explicitly(nc: Client) -> None:

@@ -1,8 +1,11 @@
 """Request/reply and streamed replies over NATS, with explicit error frames and deadlines.
 
-Every reply carries an ``Nrt-Frame`` header: ``data`` (a payload), ``end`` (a stream is
-complete) or ``error`` (an ErrorFrame). A handler that fails, or a request that does not
-decode, is answered with an error frame: the caller never waits out a timeout for it.
+Every reply carries an ``Nrt-Frame`` header: ``data`` (a payload), ``last`` (a payload
+that completes the stream), ``end`` (a stream is complete, no payload) or ``error`` (an
+ErrorFrame). A sender that knows which chunk is its last (a one-chunk answer, a
+generation's finishing token) marks it ``last``: one message fewer per answer. A handler
+that fails, or a request that does not decode, is answered with an error frame: the
+caller never waits out a timeout for it.
 Every call has a deadline; a missed one raises DeadlineExceeded naming the subject.
 """
 
@@ -29,7 +32,7 @@ log = logging.getLogger("nrt.bus")
 tracer = trace.get_tracer("nrt.bus")
 
 FRAME = "Nrt-Frame"
-DATA, END, ERROR = "data", "end", "error"
+DATA, LAST, END, ERROR = "data", "last", "end", "error"
 
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)
@@ -115,26 +118,25 @@ async def _read_stream(
         except TimeoutError:
             which = "first reply" if timeout == first_timeout else "next chunk"
             raise DeadlineExceeded(f"no {which} from {subject} within {timeout:g}s") from None
-        kind = _frame_kind(msg)
-        if kind == END:
+        payload, last = frame_payload(msg, subject)
+        if payload is not None:
+            yield _decode(msg, chunk_type, subject)
+        if last:
             return
-        _raise_if_error(msg)
-        if msg.headers and msg.headers.get("Status") == "503":
-            raise Unavailable(f"nothing is serving {subject}", code="no_responders")
-        yield _decode(msg, chunk_type, subject)
         timeout = idle_timeout
 
 
-def frame_payload(msg: Msg, subject: str) -> bytes | None:
-    """The payload of one streamed frame, None for the ``end`` frame; raises RemoteError for
-    an ``error`` frame or a no-responders status. For callers that read an inbox themselves
-    (e.g. frames of a tagged union, decoded with their own decoder)."""
-    if _frame_kind(msg) == END:
-        return None
+def frame_payload(msg: Msg, subject: str) -> tuple[bytes | None, bool]:
+    """(the payload of one streamed frame or None for ``end``, whether the stream is complete);
+    raises RemoteError for an ``error`` frame or a no-responders status. For callers that read
+    an inbox themselves (e.g. frames of a tagged union, decoded with their own decoder)."""
+    kind = _frame_kind(msg)
+    if kind == END:
+        return None, True
     _raise_if_error(msg)
     if msg.headers and msg.headers.get("Status") == "503":
         raise Unavailable(f"nothing is serving {subject}", code="no_responders")
-    return msg.data
+    return msg.data, kind == LAST
 
 
 class StreamInbox:
@@ -142,14 +144,19 @@ class StreamInbox:
 
     def __init__(self, nc: Client, inbox: str) -> None:
         self.nc, self.inbox = nc, inbox
+        self.ended = False  # a ``last``, ``end`` or ``error`` frame has been sent
 
-    async def send(self, chunk: msgspec.Struct) -> None:
-        await self.nc.publish(self.inbox, encode(chunk), headers={FRAME: DATA})
+    async def send(self, chunk: msgspec.Struct, *, last: bool = False) -> None:
+        """Send one chunk; ``last=True`` completes the stream with it."""
+        self.ended = self.ended or last
+        await self.nc.publish(self.inbox, encode(chunk), headers={FRAME: LAST if last else DATA})
 
     async def end(self) -> None:
+        self.ended = True
         await self.nc.publish(self.inbox, b"", headers={FRAME: END})
 
     async def fail(self, error: RemoteError) -> None:
+        self.ended = True
         await self.nc.publish(self.inbox, encode(error.frame()), headers={FRAME: ERROR})
 
 
@@ -224,7 +231,8 @@ async def serve_stream(
     handler: Callable[[Req, StreamInbox], Awaitable[None]],
     queue: str = "",
 ) -> Subscription:
-    """Run ``handler`` for each request, streaming to its reply subject; end or fail it for the handler."""
+    """Run ``handler`` for each request, streaming to its reply subject; end the stream unless the
+    handler sent its last chunk as such, or fail it for the handler."""
 
     async def run(msg: Msg) -> None:
         inbox = StreamInbox(nc, msg.reply)
@@ -233,7 +241,8 @@ async def serve_stream(
         ) as span:
             try:
                 await handler(_decode_request(msg, request_type), inbox)
-                await inbox.end()
+                if not inbox.ended:
+                    await inbox.end()
             except Exception as exc:
                 error = _as_remote(exc, subject)
                 span.set_status(Status(StatusCode.ERROR, error.message))
