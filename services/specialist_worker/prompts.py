@@ -34,4 +34,5 @@ def generation_request(request: GenerateRequest, spec: ModelSpec | None, session
         stop=tuple(dict.fromkeys((*params.stop, *defaults.stop, *template.stop))),
         session_id=session_key,
         request_id=request.request_id,
+        stream=request.stream,
     )

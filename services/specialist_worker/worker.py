@@ -328,18 +328,10 @@ class Worker:
             engine_request = generation_request(request, self.spec(model_id), session_key)
         except TemplateError as exc:
             raise BadRequest(str(exc), code="bad_template") from exc
-        texts: list[str] = []  # a non-streaming request's answer so far: sent as one chunk at the end
-        token_ids: list[int] = []
         try:
-            async for chunk in runtime.generate(engine_request):
+            async for chunk in runtime.generate(engine_request):  # one chunk, the last, unless streaming
                 if chunk.usage is not None and request.session_id:
                     self._session_touched(request.session_id, model_id, runtime, session_key, chunk.usage)
-                if not request.stream:
-                    texts.append(chunk.text)
-                    token_ids.extend(chunk.token_ids)
-                    if chunk.finish_reason is None:
-                        continue
-                    chunk = msgspec.structs.replace(chunk, text="".join(texts), token_ids=tuple(token_ids))
                 await inbox.send(
                     GenerateChunk(
                         request_id=request.request_id,

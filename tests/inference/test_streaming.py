@@ -75,3 +75,16 @@ async def test_engine_stream_concatenates_to_the_full_decode(
         assert streamed == tiny_llama.decode(tokens)
         # Replacement characters may only appear where the full decode has them too.
         assert streamed.count("\ufffd") == tiny_llama.decode(tokens).count("\ufffd")
+
+
+async def test_a_request_that_does_not_stream_gets_its_answer_as_one_chunk(generator: BatchingGenerator) -> None:
+    for prompt in ("日本語のテキストです。絵文字も", "Très bien"):
+        streamed = [c async for c in generator.generate(GenerationRequest(prompt=prompt, max_tokens=24))]
+        whole = [c async for c in generator.generate(GenerationRequest(prompt=prompt, max_tokens=24, stream=False))]
+        assert len(streamed) > 1
+        assert len(whole) == 1
+        (answer,) = whole
+        assert answer.text == "".join(c.text for c in streamed)
+        assert answer.token_ids == tuple(t for c in streamed for t in c.token_ids)
+        assert (answer.finish_reason, answer.usage) == (streamed[-1].finish_reason, streamed[-1].usage)
+        assert answer.timings is not None

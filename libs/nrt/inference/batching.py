@@ -16,7 +16,8 @@ One scheduler thread per model owns the ONNX session. Each iteration it
 
 Chunks go back to each request's event loop through a per-loop mailbox: one
 ``call_soon_threadsafe`` wakes the loop, and chunks produced while it is still busy join
-the pending delivery. The event loop never runs ONNX and never blocks.
+the pending delivery. A request that does not stream gets one chunk, when it finishes.
+The event loop never runs ONNX and never blocks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from nrt.inference.causal import CausalLM
@@ -89,6 +91,24 @@ class _Ticket:
     mailbox: _Mailbox
     queue: asyncio.Queue[Item]
     prefill: _Prefill | None = None
+    held: list[Chunk] = field(default_factory=list)  # a non-streaming request's chunks so far
+
+    def deliverable(self, item: Item) -> Item | None:
+        """What to send for ``item``: itself when streaming; else nothing until the last
+        chunk, which then carries the whole answer."""
+        if self.gen.request.stream or not isinstance(item, Chunk):
+            return item
+        if item.finish_reason is None:
+            self.held.append(item)
+            return None
+        if not self.held:
+            return item
+        held, self.held = [*self.held, item], []
+        return msgspec.structs.replace(
+            item,
+            text="".join(chunk.text for chunk in held),
+            token_ids=tuple(token for chunk in held for token in chunk.token_ids),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -98,7 +118,9 @@ class _Outbox:
     items: dict[_Mailbox, list[tuple[asyncio.Queue[Item], Item]]] = field(default_factory=dict)
 
     def put(self, ticket: _Ticket, item: Item) -> None:
-        self.items.setdefault(ticket.mailbox, []).append((ticket.queue, item))
+        out = ticket.deliverable(item)
+        if out is not None:
+            self.items.setdefault(ticket.mailbox, []).append((ticket.queue, out))
 
     def send(self) -> None:
         for mailbox, items in self.items.items():

@@ -16,6 +16,8 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``max_tokens`` defaults to whatever the context window leaves after the prompt.
     ``session_id`` keeps the KV cache after the reply so the next turn of the same
     conversation prefills only its new tokens. ``ignore_eos`` is for benchmarks.
+    ``stream=False`` delivers the whole answer as one chunk when it finishes: the caller's
+    event loop is woken once per request instead of once per token.
     """
 
     prompt: str = ""
@@ -28,6 +30,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     ignore_eos: bool = False
     request_id: str = ""
+    stream: bool = True
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
