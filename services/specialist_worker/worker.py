@@ -52,6 +52,7 @@ from nrt.protocol import (
     WorkerHeartbeat,
 )
 from specialist_worker import classify, remote
+from specialist_worker.classify import LabelScores
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.prompts import generation_request
 from specialist_worker.resources import HostResources
@@ -396,12 +397,7 @@ class Worker:
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
         if isinstance(runtime, Encoder):
-            centroids = await asyncio.to_thread(
-                self.centroids.centroids, request.model_id, runtime, request.labels, request.examples
-            )
-            result = await asyncio.to_thread(
-                classify.classify_encoder, runtime, centroids, request.labels, request.text
-            )
+            result = await asyncio.to_thread(self._classify_encoder, request, runtime)
         else:
             spec = self.spec(request.model_id)
             prompt = spec.template if spec is not None and spec.template else classify.DEFAULT_PROMPT
@@ -416,6 +412,11 @@ class Worker:
             confidence=result.confidence,
             latency_ms=(time.perf_counter() - started) * 1e3,
         )
+
+    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> LabelScores:
+        """Off the event loop, in one thread handoff: the label centroids (cached) and the scores."""
+        centroids = self.centroids.centroids(request.model_id, encoder, request.labels, request.examples)
+        return classify.classify_encoder(encoder, centroids, request.labels, request.text)
 
     async def embed(self, request: EmbedRequest) -> EmbedReply:
         await self.ensure_resident(request.model_id, "on_demand", cold_start=True)
