@@ -1,7 +1,7 @@
 """Serve routed requests: the reply subject belongs to the gateway and stays open.
 
 Unlike ``rpc.serve_stream``, the handler does not end the stream: the worker that
-answers streams its chunks, and the ``end`` frame, straight to the gateway's inbox. A
+answers streams its chunks, the last one marked as such, straight to the gateway's inbox. A
 failing handler sends an error frame there instead, so the gateway never waits it out.
 """
 

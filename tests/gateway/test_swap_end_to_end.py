@@ -76,13 +76,13 @@ class HeldInbox(rpc.StreamInbox):
 
     def __init__(self, inbox: rpc.StreamInbox, hold: LastChunkHold) -> None:
         super().__init__(inbox.nc, inbox.inbox)
-        self.hold = hold
+        self.held, self.hold = inbox, hold
 
-    async def send(self, chunk: msgspec.Struct) -> None:
+    async def send(self, chunk: msgspec.Struct, *, last: bool = False) -> None:
         if isinstance(chunk, GenerateChunk) and chunk.finish_reason is not None:
             self.hold.reached.set()
             await self.hold.release.wait()
-        await super().send(chunk)
+        await self.held.send(chunk, last=last)  # the serving inbox: it knows the stream has ended
 
 
 @dataclass
