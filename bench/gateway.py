@@ -7,12 +7,18 @@
    (``model="router"``): gateway -> router_svc -> the router model classifies -> dispatch ->
    the specialist generates ``--max-tokens`` greedy tokens -> gateway -> JSON.
 2. Floor, in the same run, on the same NATS server and with the same client: a bare Litestar
-   app, served by uvicorn as the gateway is, whose one POST route sends the request body over
-   NATS to an echo responder in another process and returns JSON.
-3. Orchestration overhead of each request: its end-to-end latency minus the model compute the
+   app, served by uvicorn as the gateway is, whose POST route sends the request body over
+   NATS to an echo responder in another process and returns JSON (two NATS transits).
+3. Path floor, for reference: the same bare pieces along NRT's request path, doing no work.
+   The Litestar app sends the body to a bare router process, which asks the echo responder
+   (the "classification") and then forwards the body to it with the app's reply inbox (the
+   "specialist"), which answers the app directly: five NATS transits, as a routed request
+   crosses (gateway -> router_svc -> router model -> router_svc -> specialist -> gateway).
+4. Orchestration overhead of each request: its end-to-end latency minus the model compute the
    workers report in the response's ``nrt`` block (the router's classification plus the
    specialist's generation, ``nrt.hops[].compute_ms``), as a ratio against the floor's latency
-   at the same concurrency. Target: at most 2x.
+   at the same concurrency. Target: at most 2x. The path floor's ratio to the floor shows how
+   much of that the five transits take before any work is done.
 
 Non-streaming requests through one ``httpx.AsyncClient`` per level; p50/p99 latency and req/s
 at concurrency 1 and 16, each after a warm-up. Uses NRT_NATS_URL / NRT_DATABASE_URL when set
@@ -57,7 +63,9 @@ from nrt.stack.supervisor import Supervisor
 
 CONCURRENCY = (1, 16)
 ECHO_SUBJECT = "bench.gateway.echo"
+ROUTE_SUBJECT = "bench.gateway.route"
 FLOOR_PATH = "/v1/echo"
+PATH_FLOOR_PATH = "/v1/routed-echo"
 NRT_PATH = "/v1/chat/completions"
 JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST_TIMEOUT = 60.0
@@ -116,7 +124,12 @@ def floor_app(nats_url: str) -> Litestar:
         reply = await bus["nc"].request(ECHO_SUBJECT, _json.encode(data), timeout=REQUEST_TIMEOUT)
         return {"object": "echo", "echo": _decode.decode(reply.data)}
 
-    return Litestar(route_handlers=[echo], lifespan=[lifespan])
+    @post(PATH_FLOOR_PATH, status_code=200)
+    async def routed_echo(data: dict[str, Any]) -> dict[str, Any]:
+        reply = await bus["nc"].request(ROUTE_SUBJECT, _json.encode(data), timeout=REQUEST_TIMEOUT)
+        return {"object": "echo", "echo": _decode.decode(reply.data)}
+
+    return Litestar(route_handlers=[echo, routed_echo], lifespan=[lifespan])
 
 
 async def serve_floor(nats_url: str, port: int) -> None:
@@ -132,6 +145,28 @@ async def serve_echo(nats_url: str) -> None:
         await msg.respond(msg.data)
 
     await nc.subscribe(ECHO_SUBJECT, cb=respond)
+    await _until_signalled(nc)
+
+
+async def serve_router(nats_url: str) -> None:
+    """The path floor's router: ask the echo responder, then forward to it with the caller's inbox."""
+    nc = await connect(nats_url, name="bench-router")
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def route(msg: Msg) -> None:
+        await nc.request(ECHO_SUBJECT, msg.data, timeout=REQUEST_TIMEOUT)
+        await nc.publish(ECHO_SUBJECT, msg.data, reply=msg.reply)
+
+    async def on_message(msg: Msg) -> None:  # concurrently, as router_svc routes
+        task = asyncio.create_task(route(msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    await nc.subscribe(ROUTE_SUBJECT, cb=on_message)
+    await _until_signalled(nc)
+
+
+async def _until_signalled(nc: Client) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -311,6 +346,8 @@ async def running(max_tokens: int) -> AsyncIterator[Servers]:
                 await supervisor.start(supervisor.python_module(service, service, env))
             echo = ["--serve-echo", nats_url]
             await supervisor.start(supervisor.python_module("floor-echo", "bench.gateway", {}, echo))
+            router = ["--serve-router", nats_url]
+            await supervisor.start(supervisor.python_module("floor-router", "bench.gateway", {}, router))
             floor = ["--serve-floor", nats_url, "--port", str(floor_port)]
             await supervisor.start(supervisor.python_module("floor-litestar", "bench.gateway", {}, floor))
             up = Servers(f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{floor_port}", crashes)
@@ -323,7 +360,9 @@ async def running(max_tokens: int) -> AsyncIterator[Servers]:
                 return await _answers("POST", up.gateway_url + NRT_PATH, body)
 
             async def floor_up() -> bool:
-                return await _answers("POST", up.floor_url + FLOOR_PATH, body)
+                return await _answers("POST", up.floor_url + FLOOR_PATH, body) and await _answers(
+                    "POST", up.floor_url + PATH_FLOOR_PATH, body
+                )
 
             await _until("the stack's /readyz", ready, READY_WITHIN, crashes, logs)
             await _until("a routed answer", routed, READY_WITHIN, crashes, logs)
@@ -347,24 +386,36 @@ async def main(n: int, warmup: int, max_tokens: int) -> None:
         )
         for concurrency in CONCURRENCY:
             floor = await measure(servers.floor_url, FLOOR_PATH, bodies, warm, concurrency, check_floor)
+            path = await measure(servers.floor_url, PATH_FLOOR_PATH, bodies, warm, concurrency, check_floor)
             nrt = await measure(servers.gateway_url, NRT_PATH, bodies, warm, concurrency, check_routed)
             if servers.crashes:
                 raise SystemExit(f"a child process crashed during the run: {servers.crashes[0]}")
-            _report(concurrency, floor, nrt)
+            _report(concurrency, floor, path, nrt)
 
 
-def _report(concurrency: int, floor: Run, nrt: Run) -> None:
+def _report(concurrency: int, floor: Run, path: Run, nrt: Run) -> None:
     c = f"c={concurrency}"
     f50, f99 = floor.latency(50), floor.latency(99)
     report(f"floor {c}: latency p50", f50, "ms", precision=2)
     report(f"floor {c}: latency p99", f99, "ms", precision=2)
     report(f"floor {c}: throughput", floor.rate, "req/s")
+    p50 = path.latency(50)
+    report(f"path floor {c}: latency p50", p50, "ms", p50 / f50, "floor p50", precision=2)
+    report(f"path floor {c}: throughput", path.rate, "req/s", path.rate / floor.rate, "floor")
     report(f"nrt routed {c}: latency p50", nrt.latency(50), "ms", nrt.latency(50) / f50, "floor p50", precision=2)
     report(f"nrt routed {c}: latency p99", nrt.latency(99), "ms", nrt.latency(99) / f99, "floor p99", precision=2)
     report(f"nrt routed {c}: throughput", nrt.rate, "req/s", nrt.rate / floor.rate, "floor")
     report(f"nrt routed {c}: model compute p50 (workers)", nrt.compute(50), "ms", precision=2)
     report(f"nrt routed {c}: overhead p50", nrt.overhead(50), "ms", nrt.overhead(50) / f50, "floor p50", TARGET, 2)
     report(f"nrt routed {c}: overhead p99", nrt.overhead(99), "ms", nrt.overhead(99) / f99, "floor p99", precision=2)
+    report(
+        f"nrt routed {c}: overhead p50 vs path floor",
+        nrt.overhead(50),
+        "ms",
+        nrt.overhead(50) / p50,
+        "path floor p50",
+        precision=2,
+    )
     shares = ", ".join(f"{model} {count / len(nrt.latencies_ms):.0%}" for model, count in sorted(nrt.targets.items()))
     print(f"nrt routed {c}: answered by {shares}", flush=True)
 
@@ -376,12 +427,15 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--serve-floor", metavar="NATS_URL", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", metavar="NATS_URL", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-router", metavar="NATS_URL", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor:
         asyncio.run(serve_floor(args.serve_floor, args.port))
     elif args.serve_echo:
         asyncio.run(serve_echo(args.serve_echo))
+    elif args.serve_router:
+        asyncio.run(serve_router(args.serve_router))
     else:
         try:
             asyncio.run(main(args.requests, args.warmup, args.max_tokens))
