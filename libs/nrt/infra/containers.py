@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from nrt.infra import pgurl
+from nrt.infra._server import ServerHandle
 from nrt.infra.embedded_nats import wait_for_jetstream
 from nrt.infra.errors import InfraError
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    pass
 
 _log = logging.getLogger("nrt.infra")
 
@@ -54,8 +55,8 @@ def docker_available(timeout: float = 1.0) -> bool:
         return False
 
 
-class _Container:
-    """Shared start/stop/context-manager shape of the container wrappers."""
+class _Container(ServerHandle):
+    """Shared start/stop shape of the container wrappers."""
 
     def __init__(self) -> None:
         self._container: Any = None
@@ -74,20 +75,6 @@ class _Container:
         container, self._container = self._container, None
         if container is not None:
             container.stop()
-
-    def start(self) -> Self:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class ContainerNats(_Container):

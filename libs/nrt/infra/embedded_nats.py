@@ -7,7 +7,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import sysconfig
@@ -17,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from nrt.infra._process import ServerProcess, StopStep, child_env, pid_runs
+from nrt.infra._server import EmbeddedServer
 from nrt.infra.errors import DataDirInUseError, InfraError, ServerStartError
 from nrt.infra.ports import LOOPBACK, port_is_open
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    pass
 
 _log = logging.getLogger("nrt.infra")
 
@@ -122,7 +122,7 @@ def wait_for_jetstream(host: str, port: int, timeout: float) -> None:
         time.sleep(0.02)
 
 
-class EmbeddedNats:
+class EmbeddedNats(EmbeddedServer):
     """A private nats-server with JetStream, listening on 127.0.0.1 only.
 
     Layout of ``data_dir`` (created if missing; a temporary directory, removed on
@@ -148,28 +148,10 @@ class EmbeddedNats:
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
     ) -> None:
-        self._temporary = data_dir is None
-        self.data_dir = Path(data_dir).absolute() if data_dir is not None else None
-        self._requested_port = port
+        super().__init__(data_dir, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.server_name = server_name
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.startup_s: float | None = None
-        """Seconds the last :meth:`start` took until JetStream answered."""
-        self._port: int | None = None
-        self._server: ServerProcess | None = None
 
     # -- addresses ---------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
-
-    @property
-    def port(self) -> int:
-        if self._port is None or self._server is None:
-            raise InfraError("EmbeddedNats is not running: call start() first")
-        return self._port
 
     @property
     def url(self) -> str:
@@ -177,12 +159,8 @@ class EmbeddedNats:
         return f"nats://{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self._server.pid if self._server is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None and self._server.exited() is None
+    def address(self) -> str:
+        return self.url
 
     @property
     def store_dir(self) -> Path:
@@ -195,11 +173,6 @@ class EmbeddedNats:
     @property
     def pid_path(self) -> Path:
         return self._dir() / "nats-server.pid"
-
-    def _dir(self) -> Path:
-        if self.data_dir is None:
-            raise InfraError("EmbeddedNats has no data directory yet: call start() first")
-        return self.data_dir
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -311,23 +284,3 @@ class EmbeddedNats:
         if server is not None:
             server.stop([StopStep(signal.SIGTERM, self.stop_timeout)])
             self.pid_path.unlink(missing_ok=True)
-
-    def _remove_if_temporary(self) -> None:
-        if self._temporary and self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        where = self.url if self.running else "stopped"
-        return f"EmbeddedNats({where}, data_dir={self.data_dir})"

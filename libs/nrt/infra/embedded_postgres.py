@@ -38,12 +38,12 @@ import psycopg
 
 from nrt.infra import pgurl
 from nrt.infra._process import Identity, ServerProcess, StopStep, child_env, identity_kwargs, pid_runs
+from nrt.infra._server import EmbeddedServer
 from nrt.infra.errors import DataDirInUseError, InfraError, ServerStartError
 from nrt.infra.ports import LOOPBACK, free_port, port_is_open
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from types import TracebackType
 
 _log = logging.getLogger("nrt.infra")
 
@@ -185,7 +185,7 @@ def grant_traverse(path: Path, identity: Identity) -> list[Path]:
     return changed
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(EmbeddedServer):
     """A private PostgreSQL server listening on 127.0.0.1 only, trust authentication.
 
     Layout of ``data_dir`` (created if missing; a temporary directory, removed on
@@ -196,6 +196,7 @@ class EmbeddedPostgres:
 
     ``url`` is the SQLAlchemy URL ``postgresql+psycopg://USER@127.0.0.1:PORT/postgres``,
     ``dsn`` the libpq one. ``durable=False`` turns fsync off: for tests only.
+    ``startup_s`` counts initdb in, until a query succeeds.
     """
 
     def __init__(
@@ -210,37 +211,19 @@ class EmbeddedPostgres:
         startup_timeout: float = 60.0,
         stop_timeout: float = 15.0,
     ) -> None:
-        self._temporary = data_dir is None
-        self.data_dir = Path(data_dir).absolute() if data_dir is not None else None
-        self._requested_port = port
+        super().__init__(data_dir, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.user = user
         self.durable = durable
         self.os_user = os_user
         self.settings = dict(settings or {})
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.startup_s: float | None = None
-        """Seconds the last :meth:`start` took, initdb included, until a query succeeded."""
         self.initdb_s: float | None = None
         """Seconds initdb took, when the last :meth:`start` initialised the cluster."""
         self.identity: Identity | None = None
         """The account the server runs as when we are root (None: it runs as us)."""
-        self._port: int | None = None
-        self._server: ServerProcess | None = None
         self._pgdata_fd: int | None = None
         self._datadir_arg = ""
 
     # -- addresses ---------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
-
-    @property
-    def port(self) -> int:
-        if self._port is None or self._server is None:
-            raise InfraError("EmbeddedPostgres is not running: call start() first")
-        return self._port
 
     @property
     def url(self) -> str:
@@ -263,12 +246,8 @@ class EmbeddedPostgres:
         return pgurl.ensure_database(self.url, name)
 
     @property
-    def pid(self) -> int | None:
-        return self._server.pid if self._server is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None and self._server.exited() is None
+    def address(self) -> str:
+        return self.dsn
 
     @property
     def pgdata(self) -> Path:
@@ -277,11 +256,6 @@ class EmbeddedPostgres:
     @property
     def log_path(self) -> Path:
         return self._dir() / "postgres.log"
-
-    def _dir(self) -> Path:
-        if self.data_dir is None:
-            raise InfraError("EmbeddedPostgres has no data directory yet: call start() first")
-        return self.data_dir
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -519,23 +493,3 @@ class EmbeddedPostgres:
         server, self._server, self._port = self._server, None, None
         if server is not None:
             server.stop([StopStep(signal.SIGINT, self.stop_timeout), StopStep(signal.SIGQUIT, 5.0)])
-
-    def _remove_if_temporary(self) -> None:
-        if self._temporary and self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        where = self.dsn if self.running else "stopped"
-        return f"EmbeddedPostgres({where}, data_dir={self.data_dir})"
