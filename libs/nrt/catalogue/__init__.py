@@ -25,7 +25,6 @@ from nrt.catalogue.artifacts import (
     status,
 )
 from nrt.catalogue.catalogue import CATALOGUE, UnknownModelError, catalogue_names, get_entry
-from nrt.catalogue.describe import ArtifactError
 from nrt.catalogue.entry import BuildContext, CatalogueEntry
 from nrt.catalogue.layout import artifact_dir
 from nrt.catalogue.progress import NoProgress, Progress, StepLog
@@ -48,6 +47,7 @@ from nrt.catalogue.sources import (
     resolve_source,
 )
 from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
+from nrt.inference.errors import ArtifactError  # one error for an unusable artifact, at build and at load
 
 __all__ = [
     "CATALOGUE",

@@ -15,7 +15,6 @@ from typing import Literal
 import msgspec
 
 from nrt.catalogue.catalogue import get_entry
-from nrt.catalogue.describe import ArtifactError
 from nrt.catalogue.entry import BuildContext, CatalogueEntry
 from nrt.catalogue.layout import artifact_dir, build_lock, install, staging_dir
 from nrt.catalogue.local import describe_local
@@ -23,6 +22,7 @@ from nrt.catalogue.progress import NoProgress, Progress
 from nrt.catalogue.record import ArtifactRecord, RecordError, load_record, save_record, verify, with_files
 from nrt.catalogue.sources import CatalogueSource, LocalSource
 from nrt.inference.artifact import RECORD_FILE
+from nrt.inference.errors import ArtifactError
 
 CHECKSUM_STEP = "Compute checksums and write the record"
 INSTALL_STEP = "Install into the model cache"

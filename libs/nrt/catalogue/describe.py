@@ -8,10 +8,9 @@ provenance. A graph that does not have the expected shape is an :class:`Artifact
 from __future__ import annotations
 
 from nrt.catalogue.record import ArtifactRecord, Pooling, Quantization
-from nrt.catalogue.signature import GraphSignature, numpy_dtype, static_dim
-from nrt.inference.errors import ArtifactError  # one error for an unusable artifact, at build and at load
-
-__all__ = ["ArtifactError", "causal_lm_record", "encoder_record"]
+from nrt.catalogue.signature import GraphSignature
+from nrt.inference.artifact import numpy_dtype, static_dim
+from nrt.inference.errors import ArtifactError
 
 
 def causal_lm_record(

@@ -14,10 +14,11 @@ from typing import Any
 import msgspec
 from tokenizers import Tokenizer
 
-from nrt.catalogue.describe import ArtifactError, causal_lm_record, encoder_record
+from nrt.catalogue.describe import causal_lm_record, encoder_record
 from nrt.catalogue.record import ArtifactRecord, Quantization
 from nrt.catalogue.signature import read_signature
 from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, HFConfig, read_hf_config
+from nrt.inference.errors import ArtifactError
 
 RECIPE = "local-onnx/1"
 _INT8_DYNAMIC_OPS = frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"})

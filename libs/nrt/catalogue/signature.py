@@ -7,9 +7,7 @@ from pathlib import Path
 import msgspec
 import onnxruntime as ort
 
-from nrt.inference.artifact import PAST_RE, PRESENT_RE, layer_names, numpy_dtype, static_dim
-
-__all__ = ["GraphIO", "GraphSignature", "numpy_dtype", "read_signature", "static_dim"]
+from nrt.inference.artifact import PAST_RE, PRESENT_RE, layer_names
 
 
 class GraphIO(msgspec.Struct, frozen=True):

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nrt.catalogue.describe import ArtifactError
 from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE
+from nrt.inference.errors import ArtifactError
 
 _NOISY_LOGGERS = ("transformers", "optimum", "onnxruntime", "torch")
 

@@ -22,12 +22,13 @@ import numpy as np
 
 from nrt.catalogue.builders.export import export_causal_lm, move_export, offline, quiet, untyped
 from nrt.catalogue.builders.quantize import quantize_int8_blockwise
-from nrt.catalogue.describe import ArtifactError, causal_lm_record
+from nrt.catalogue.describe import causal_lm_record
 from nrt.catalogue.entry import BuildContext
 from nrt.catalogue.record import ArtifactRecord
 from nrt.catalogue.signature import read_signature
 from nrt.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
 from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
+from nrt.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
 RECIPE = f"{NAME}/2"

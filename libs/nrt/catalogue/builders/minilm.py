@@ -15,11 +15,12 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from nrt.catalogue.builders.export import export_feature_extraction, move_export, offline, quiet, untyped
-from nrt.catalogue.describe import ArtifactError, encoder_record
+from nrt.catalogue.describe import encoder_record
 from nrt.catalogue.entry import BuildContext
 from nrt.catalogue.record import ArtifactRecord
 from nrt.catalogue.signature import read_signature
 from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
+from nrt.inference.errors import ArtifactError
 
 NAME = "minilm-l6"
 RECIPE = f"{NAME}/2"

@@ -13,11 +13,12 @@ import numpy as np
 
 from nrt.catalogue.builders.export import export_causal_lm, move_export, offline, quiet, untyped
 from nrt.catalogue.byte_tokenizer import SPECIAL_TOKENS, byte_level_tokenizer
-from nrt.catalogue.describe import ArtifactError, causal_lm_record
+from nrt.catalogue.describe import causal_lm_record
 from nrt.catalogue.entry import BuildContext
 from nrt.catalogue.record import ArtifactRecord
 from nrt.catalogue.signature import read_signature
 from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
+from nrt.inference.errors import ArtifactError
 
 NAME = "tiny-llama"
 RECIPE = f"{NAME}/1"
