@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 from opentelemetry import trace
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nrt.bus import subjects
+from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.infra import nats_server, postgres_server
@@ -87,6 +89,14 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
     await ensure_events_stream(js)
     yield client
     await client.drain()
+
+
+@pytest.fixture
+async def broker(nc: Client, nats_url: str) -> AsyncIterator[NatsBroker]:
+    """A started FastStream broker, as a service runs on (after ``nc`` emptied the event stream)."""
+    started = await start_broker(nats_url, "nrt-test-service")
+    yield started
+    await started.stop()
 
 
 @pytest.fixture(scope="session")

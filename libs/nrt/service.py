@@ -1,4 +1,9 @@
-"""The imperative shell every service shares: logging, tracing, NATS, health, signals."""
+"""The imperative shell every service shares: logging, tracing, the FastStream broker, health, signals.
+
+Each service is a FastStream application on one ``NatsBroker`` (``nrt.bus.broker``): the
+shell starts it, answers ``nrt.health.<service>`` on it, and hands the body a context
+with the broker and its NATS connection (for the raw hot path).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from nrt.bus import rpc
-from nrt.bus.connection import connect
+from nrt.bus import broker as bus
 from nrt.settings import Settings
 from nrt.telemetry import setup_tracing
 
@@ -44,10 +49,25 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 class ServiceContext:
     name: str
     settings: Settings
-    nc: Client
+    broker: NatsBroker
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     started: float = field(default_factory=time.monotonic)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def nc(self) -> Client:
+        """The broker's NATS connection, for the raw hot path (``nrt.bus.rpc``) and JetStream."""
+        return self.broker.connection
+
+
+async def serve_health(ctx: ServiceContext) -> None:
+    """Answer ``nrt.health.<service>`` with this instance's identity and uptime."""
+
+    async def health(query: HealthQuery) -> Health:
+        """Is this service instance alive: its name, instance id and uptime."""
+        return Health(service=ctx.name, instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
+
+    await bus.serve(ctx.broker, health_subject(ctx.name), health, title=f"{ctx.name}: health")
 
 
 ServiceBody = Callable[[ServiceContext], Coroutine[Any, Any, None]]
@@ -57,13 +77,9 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
     """Connect, answer health checks, run ``body`` until it returns or a signal arrives."""
     settings = settings or Settings.from_env()
     setup_tracing(name)
-    nc = await connect(settings.nats_url or DEFAULT_NATS_URL, name=name)
-    ctx = ServiceContext(name=name, settings=settings, nc=nc)
-
-    async def health(_: HealthQuery) -> Health:
-        return Health(service=name, instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
-
-    await rpc.serve(nc, health_subject(name), HealthQuery, health)
+    broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name)
+    ctx = ServiceContext(name=name, settings=settings, broker=broker)
+    await serve_health(ctx)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stopping.set)
@@ -78,7 +94,7 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
         for pending in (task, stop):
             pending.cancel()
         await asyncio.gather(task, stop, return_exceptions=True)
-        await nc.drain()
+        await broker.stop()
         log.info("%s stopped", name)
 
 

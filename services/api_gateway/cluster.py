@@ -15,7 +15,8 @@ from litestar.params import RawBody
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo
 from api_gateway.runtime import Runtime
-from nrt.bus import rpc, subjects
+from nrt.bus import subjects
+from nrt.bus.broker import call
 from nrt.bus.errors import RemoteError
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.manifest_sources import footprint_of
@@ -81,7 +82,7 @@ STATE_TIMEOUT = 2.0
 async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
     bus = runtime.require()
     try:
-        state = await rpc.request(bus.nc, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
+        state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
     except RemoteError as exc:
         log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
         return Response(bus.follower.state, headers={STATE_SOURCE_HEADER: "gateway"})
@@ -129,8 +130,8 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
         ) from None
     timeout = manifest.drain.timeout + runtime.settings.apply_timeout
     try:
-        return await rpc.request(
-            bus.nc, subjects.MANIFEST_APPLY, ApplyManifest(text=data, requested_by="api"), ApplyResult, timeout
+        return await call(
+            bus.broker, subjects.MANIFEST_APPLY, ApplyManifest(text=data, requested_by="api"), ApplyResult, timeout
         )
     except RemoteError as exc:
         raise ApiError.from_remote(exc) from None

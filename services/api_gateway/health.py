@@ -9,7 +9,7 @@ from litestar.di import NamedDependency
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import Readiness
 from api_gateway.runtime import Runtime
-from nrt.bus import rpc
+from nrt.bus.broker import call
 from nrt.bus.errors import RemoteError
 from nrt.routing import serving_workers
 from nrt.service import Health, HealthQuery, health_subject
@@ -43,7 +43,7 @@ async def readiness_checks(runtime: Runtime) -> dict[str, str]:
         return {"nats": reason, "router": unknown, "manifest": unknown, "models": unknown}
     checks = {"nats": "ok"}
     try:
-        await rpc.request(bus.nc, health_subject(ROUTER_SERVICE), HealthQuery(), Health, timeout=PROBE_TIMEOUT)
+        await call(bus.broker, health_subject(ROUTER_SERVICE), HealthQuery(), Health, timeout=PROBE_TIMEOUT)
         checks["router"] = "ok"
     except RemoteError as exc:
         checks["router"] = exc.message

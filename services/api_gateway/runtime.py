@@ -1,4 +1,4 @@
-"""The gateway's connection to the cluster: NATS, the folded event stream, the event emitter.
+"""The gateway's connection to the cluster: its FastStream broker, the folded event stream, the event emitter.
 
 The HTTP server starts at once (``/healthz`` answers); the NATS connection is made in the
 background and retried until it succeeds, and ``/readyz`` says when it is ready. A
@@ -12,13 +12,14 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
 from api_gateway.exchange import Inboxes
 from api_gateway.settings import GatewaySettings
-from nrt.bus.connection import connect
+from nrt.bus.broker import start_broker
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
@@ -29,11 +30,16 @@ log = logging.getLogger("api_gateway")
 
 @dataclass(frozen=True, slots=True)
 class Bus:
-    nc: Client
+    broker: NatsBroker  # the control plane (state, manifest swaps, health) on FastStream
     follower: EventFollower
     gate: AdmissionGate
     emitter: EventEmitter
     inboxes: Inboxes
+
+    @property
+    def nc(self) -> Client:
+        """The broker's connection: the raw hot path (route, token frames) and JetStream."""
+        return self.broker.connection
 
 
 class Runtime:
@@ -50,12 +56,13 @@ class Runtime:
         delay = 0.2
         while True:
             try:
-                nc = await connect(self.settings.nats_url, name="api_gateway")
+                broker = await start_broker(self.settings.nats_url, "api_gateway")
                 break
             except ConnectionError as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        nc = broker.connection
         while True:
             try:
                 js = nc.jetstream()
@@ -71,7 +78,7 @@ class Runtime:
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()
-        self.bus = Bus(nc=nc, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
+        self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
 
@@ -91,4 +98,4 @@ class Runtime:
         if bus is not None:
             await bus.emitter.close()
             with contextlib.suppress(Exception):
-                await bus.nc.drain()
+                await bus.broker.stop()

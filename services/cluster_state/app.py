@@ -30,7 +30,7 @@ async def run(ctx: ServiceContext, manifest: str | None = None) -> None:
         )
     text, source = bootstrap_manifest(manifest)
     service = ClusterStateService(
-        ctx.nc,
+        ctx.broker,
         ctx.settings.database_url,
         manifest_text=text,
         manifest_file=source,

@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import msgspec
-from nats.aio.client import Client
-from nats.aio.msg import Msg
+from faststream.nats import NatsBroker
 
-from nrt.bus import rpc, subjects
+from nrt.bus import broker as bus
+from nrt.bus import subjects
 from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher
 from nrt.events import AnyEvent, Event
@@ -48,8 +47,6 @@ from nrt.store import RecordedEvent
 
 log = logging.getLogger("nrt.cluster_state")
 
-_heartbeat_decoder = msgspec.json.Decoder(WorkerHeartbeat)
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -73,8 +70,8 @@ def parse_in_force(text: str, version: int) -> Manifest:
 
 
 class Controller:
-    def __init__(self, nc: Client, publisher: EventPublisher, state: ControlState) -> None:
-        self.nc = nc
+    def __init__(self, broker: NatsBroker, publisher: EventPublisher, state: ControlState) -> None:
+        self.broker = broker
         self.publisher = publisher
         self.state = state
         self.position = 0  # the log position of the last folded event
@@ -149,12 +146,8 @@ class Controller:
         commands = decide(self.state, self.manifest, trigger, now)
         return self.execute(commands, now)
 
-    async def on_heartbeat(self, msg: Msg) -> None:
-        try:
-            beat = _heartbeat_decoder.decode(msg.data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            log.warning("ignoring a heartbeat that does not decode: %s", exc)
-            return
+    async def on_heartbeat(self, beat: WorkerHeartbeat) -> None:
+        """A worker's liveness, resources and hosted models (every few seconds)."""
         self.state = saw_heartbeat(self.state, beat, utc_now())
 
     def tick(self) -> None:
@@ -209,8 +202,8 @@ class Controller:
     async def _control(self, control: Control) -> ControlReply | RemoteError:
         command = control.command
         try:
-            reply = await rpc.request(
-                self.nc, subjects.control(control.worker_id), command, ControlReply, control_timeout(control)
+            reply = await bus.call(
+                self.broker, subjects.control(control.worker_id), command, ControlReply, control_timeout(control)
             )
         except RemoteError as exc:
             log.warning(

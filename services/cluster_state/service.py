@@ -21,18 +21,18 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import Any
 
-import msgspec
 import psycopg
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
+from faststream.nats import NatsBroker
+from faststream.nats.subscriber.usecases import LogicSubscriber
 
 from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.recorder import Recorder
 from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper, outcomes
-from nrt.bus import rpc, subjects
+from nrt.bus import broker as bus
+from nrt.bus import subjects
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.bus.jetstream import EventPublisher
 from nrt.events import ManifestApplied
@@ -40,7 +40,8 @@ from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
 from nrt.policies import ControlState, PromoteWanted, Tuning
 from nrt.policies.placement import where
-from nrt.protocol import ApplyManifest, PromoteModel, PromoteResult
+from nrt.protocol import ApplyManifest, ApplyResult, PromoteModel, PromoteResult, StateQuery
+from nrt.state import ClusterState
 from nrt.store import EventStore, upgrade
 
 log = logging.getLogger("nrt.cluster_state")
@@ -57,7 +58,7 @@ class ConfigurationError(Exception):
 class ClusterStateService:
     def __init__(
         self,
-        nc: Client,
+        broker: NatsBroker,
         database_url: str,
         *,
         manifest_text: str | None = None,
@@ -65,7 +66,8 @@ class ClusterStateService:
         tuning: Tuning | None = None,
         tick_s: float = 0.5,
     ) -> None:
-        self.nc = nc
+        self.broker = broker
+        nc = broker.connection
         self.database_url = database_url
         self.manifest_text = manifest_text
         self.manifest_file = manifest_file
@@ -73,11 +75,13 @@ class ClusterStateService:
         self.stopping = asyncio.Event()
         self.store = EventStore.connect(database_url)
         self.publisher = EventPublisher(nc)
-        self.controller = Controller(nc, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning()))
+        self.controller = Controller(
+            broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning())
+        )
         self.swapper = Swapper(self.controller, self.publisher)
         self.recorder = Recorder(nc, self.store, self.controller.on_recorded)
         self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
-        self._subs: list[Subscription] = []
+        self._subs: list[LogicSubscriber[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -101,10 +105,16 @@ class ClusterStateService:
         await self._reseed()
         await self._bootstrap()
         self._subs += [
-            await self.nc.subscribe(subjects.STATE, cb=self._serve_state),
-            await rpc.serve(self.nc, subjects.MANIFEST_APPLY, ApplyManifest, self.swapper.apply, concurrent=True),
-            await rpc.serve(self.nc, subjects.PROMOTE, PromoteModel, self.promote, concurrent=True),
-            await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self.controller.on_heartbeat),
+            await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
+            await bus.serve(
+                self.broker, subjects.MANIFEST_APPLY, self.apply, title="cluster_state: manifest swap", max_workers=4
+            ),
+            await bus.serve(
+                self.broker, subjects.PROMOTE, self.promote, title="cluster_state: promote", max_workers=16
+            ),
+            await bus.serve(
+                self.broker, subjects.WORKER_HEARTBEAT, self.controller.on_heartbeat, title="cluster_state: heartbeats"
+            ),
         ]
         self.controller.acting = True
         self._tasks.append(asyncio.create_task(self._ticks(), name="cluster_state ticks"))
@@ -119,7 +129,7 @@ class ClusterStateService:
         self.stopping.set()
         for sub in self._subs:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await sub.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -160,7 +170,7 @@ class ClusterStateService:
     async def _reseed(self) -> None:
         """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""
         cluster = self.controller.cluster
-        if cluster.manifest_version == 0 or await stream_holds_manifest(self.nc.jetstream(), cluster):
+        if cluster.manifest_version == 0 or await stream_holds_manifest(self.broker.connection.jetstream(), cluster):
             return
         events = await state_in_force(self.store)
         for event in events:
@@ -217,14 +227,16 @@ class ClusterStateService:
 
     # -- subjects --------------------------------------------------------------------------------
 
-    async def _serve_state(self, msg: Msg) -> None:
-        """Any request (a StateQuery, or an empty body) gets the folded ClusterState."""
-        if msg.reply:
-            await self.nc.publish(
-                msg.reply, msgspec.json.encode(self.controller.cluster), headers={rpc.FRAME: rpc.DATA}
-            )
+    async def serve_state(self, query: StateQuery) -> ClusterState:
+        """The folded ClusterState, exactly what ``nrt replay`` computes from the log."""
+        return self.controller.cluster
+
+    async def apply(self, request: ApplyManifest) -> ApplyResult:
+        """Replace the manifest in force with a drained swap (validate, warm, drain, cut over)."""
+        return await self.swapper.apply(request)
 
     async def promote(self, request: PromoteModel) -> PromoteResult:
+        """Make a model resident now, demoting the least recently used first if the budget needs it."""
         c = self.controller
         started = time.perf_counter()
         if request.manifest_version > c.cluster.manifest_version:

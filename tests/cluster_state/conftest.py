@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from state_services import OnOneWorker, StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, placed_as
@@ -17,14 +18,14 @@ from nrt.policies import Tuning
 
 
 @pytest.fixture
-async def start_cluster_state(nc: Client, database_url: str) -> AsyncIterator[StartService]:
+async def start_cluster_state(broker: NatsBroker, database_url: str) -> AsyncIterator[StartService]:
     """Start cluster_state in this process (stopped at the end of the test)."""
     started: list[ClusterStateService] = []
 
     async def start(
         manifest_text: str | None = None, tuning: Tuning | None = None, tick_s: float = 0.2
     ) -> ClusterStateService:
-        service = ClusterStateService(nc, database_url, manifest_text=manifest_text, tuning=tuning, tick_s=tick_s)
+        service = ClusterStateService(broker, database_url, manifest_text=manifest_text, tuning=tuning, tick_s=tick_s)
         await asyncio.wait_for(service.start(), 30)
         started.append(service)
         return service

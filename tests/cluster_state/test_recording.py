@@ -87,13 +87,15 @@ async def test_state_subject_answers_the_folded_state_and_replay_yields_the_same
 async def test_bootstrap_applies_the_manifest_once_and_a_restart_rebuilds_from_the_log(
     nc: Client, event_store: EventStore, start_cluster_state: StartService
 ) -> None:
-    first = await start_cluster_state(manifest_text=manifest_text(cluster="first"))
+    # no ticks in either: the traffic's workers are long silent, and a tick would record their loss
+    # (the first instance's WorkerLost could then reach the log after it stopped, through the stream)
+    first = await start_cluster_state(manifest_text=manifest_text(cluster="first"), tick_s=3600)
     assert first.controller.cluster.manifest_version == 1
     await _publish(nc, list(traffic(20, seed=4))[1:])  # traffic without its own ManifestApplied
     await until_head(event_store, 20)
+    await _settled(event_store)  # the first instance's own decisions (placements) are in the log too
     await first.stop()
     logged = [r.event async for r in event_store.read_positions()]
-    # no ticks: the traffic's workers are long silent, and a tick would record their loss
     second = await start_cluster_state(manifest_text=manifest_text(cluster="second"), tick_s=3600)
     assert second.controller.cluster.cluster == "first"  # rebuilt from the log; the new file is ignored
     assert second.controller.cluster == fold(logged)

@@ -24,7 +24,6 @@ import httpx
 import uvicorn
 from litestar import Litestar
 from nats.aio.client import Client
-from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 from openai import AsyncOpenAI
 
@@ -32,14 +31,15 @@ from api_gateway.admission import AdmissionGate
 from api_gateway.app import create_app
 from api_gateway.settings import GatewaySettings
 from cluster_state.service import ClusterStateService
-from nrt.bus import rpc, subjects
+from nrt.bus import subjects
+from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
 from nrt.infra import free_port
 from nrt.manifest import Manifest, parse_manifest
 from nrt.policies import Tuning
-from nrt.service import Health, HealthQuery, ServiceContext, health_subject
+from nrt.service import ServiceContext, serve_health
 from nrt.settings import Settings, models_dir
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
@@ -69,7 +69,6 @@ class Stack:
     settings: GatewaySettings
     gateway: _Server
     router: ServiceContext
-    router_health: Subscription
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     cluster_state: ClusterStateService | None = None  # with a database: applies the manifest, places, swaps
 
@@ -77,7 +76,7 @@ class Stack:
         """router_svc goes away: it stops taking requests and answering health checks."""
         self.router.stopping.set()
         await self.tasks[0]
-        await self.router_health.unsubscribe()
+        await self.router.broker.stop()
 
     def gate(self) -> AdmissionGate:
         """The gateway's admission gate: closed while it has seen a swap's ``DrainStarted`` and not its cut-over."""
@@ -131,18 +130,12 @@ async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
     return manifest
 
 
-async def serve_router(
-    nats_url: str, settings: RouterSettings
-) -> tuple[asyncio.Task[None], ServiceContext, Subscription]:
+async def serve_router(nats_url: str, settings: RouterSettings) -> tuple[asyncio.Task[None], ServiceContext]:
     """router_svc's body and its health subject, as ``run_service`` runs them."""
-    nc = await connect(nats_url, name="router_svc")
-    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url, None, Path(".")), nc=nc)
-
-    async def health(_: HealthQuery) -> Health:
-        return Health(service="router_svc", instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
-
-    sub = await rpc.serve(nc, health_subject("router_svc"), HealthQuery, health)
-    return asyncio.create_task(run_router(ctx, settings)), ctx, sub
+    broker = await start_broker(nats_url, "router_svc")
+    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url, None, Path(".")), broker=broker)
+    await serve_health(ctx)
+    return asyncio.create_task(run_router(ctx, settings)), ctx
 
 
 async def wait_ready(base_url: str, within: float = 20.0, partial: bool = False) -> None:
@@ -206,12 +199,12 @@ async def start_stack(
         manifest = parse_manifest(text, "manifest v1")
         await worker.start()
         heartbeats = asyncio.create_task(worker.run_heartbeats(beating))
-        state_nc = await connect(nats_url, name="cluster_state")
+        state_broker = await start_broker(nats_url, "cluster_state")
         cluster_state = ClusterStateService(
-            state_nc, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2
+            state_broker, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2
         )
         await asyncio.wait_for(cluster_state.start(), 30)
-    router_task, router_ctx, router_health = await serve_router(
+    router_task, router_ctx = await serve_router(
         nats_url, router_settings or RouterSettings(classify_timeout=10, manifest_wait=2)
     )
     settings = settings or GatewaySettings(
@@ -231,7 +224,6 @@ async def start_stack(
         settings,
         server,
         router_ctx,
-        router_health,
         [router_task, gateway_task],
         cluster_state,
     )
@@ -244,11 +236,10 @@ async def start_stack(
         await gateway_task
         router_ctx.stopping.set()
         await router_task
-        if router_ctx.nc.is_connected:
-            await router_ctx.nc.drain()
+        await router_ctx.broker.stop()
         if cluster_state is not None:
             await cluster_state.stop()
-            await cluster_state.nc.drain()
+            await cluster_state.broker.stop()
         if heartbeats is not None:
             beating.set()
             await heartbeats
