@@ -3,7 +3,8 @@
 - ``POST /v1/chat/completions``: routed (``model`` = the entry model) or direct; JSON or SSE.
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
-- The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people).
+- The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people); the NATS message
+  contract as AsyncAPI at ``/schema/asyncapi.json``.
 
 Errors are in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
 """
@@ -20,6 +21,7 @@ from litestar.openapi import OpenAPIConfig
 
 from api_gateway.cluster import cluster_state, get_manifest, list_models, put_manifest
 from api_gateway.completions import chat_completions
+from api_gateway.contract import asyncapi_document
 from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
 from api_gateway.runtime import Runtime
@@ -42,7 +44,16 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         return runtime
 
     app = Litestar(
-        route_handlers=[healthz, readyz, chat_completions, list_models, cluster_state, get_manifest, put_manifest],
+        route_handlers=[
+            healthz,
+            readyz,
+            chat_completions,
+            list_models,
+            cluster_state,
+            get_manifest,
+            put_manifest,
+            asyncapi_document,
+        ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,

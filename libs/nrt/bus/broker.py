@@ -165,8 +165,8 @@ def decode_reply(body: bytes, kind: type[Resp], subject: str) -> Resp:
         raise RemoteError("bad_reply", f"the reply from {subject} is not a valid {kind.__name__}: {exc}", 502) from exc
 
 
-async def call(  # noqa: ASYNC109
-    broker: NatsBroker, subject: str, payload: msgspec.Struct, reply_type: type[Resp], timeout: float
+async def call(
+    broker: NatsBroker, subject: str, payload: msgspec.Struct, reply_type: type[Resp], timeout: float  # noqa: ASYNC109
 ) -> Resp:
     """Request/reply through the broker; RemoteError on an error frame, DeadlineExceeded on no answer."""
     try:

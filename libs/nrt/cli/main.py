@@ -18,6 +18,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("nrt.cli.audit", "replay"),
     ("nrt.cli.audit", "audit"),
     ("nrt.cli.audit", "events"),
+    ("nrt.cli.asyncapi", "asyncapi"),
 )
 
 
