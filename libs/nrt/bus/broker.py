@@ -166,7 +166,11 @@ def decode_reply(body: bytes, kind: type[Resp], subject: str) -> Resp:
 
 
 async def call(
-    broker: NatsBroker, subject: str, payload: msgspec.Struct, reply_type: type[Resp], timeout: float  # noqa: ASYNC109
+    broker: NatsBroker,
+    subject: str,
+    payload: msgspec.Struct,
+    reply_type: type[Resp],
+    timeout: float,  # noqa: ASYNC109
 ) -> Resp:
     """Request/reply through the broker; RemoteError on an error frame, DeadlineExceeded on no answer."""
     try:
