@@ -20,6 +20,10 @@
    at the same concurrency. Target: at most 2x. The path floor's ratio to the floor shows how
    much of that the five transits take before any work is done.
 
+5. The hot path's transport: ``nrt.route`` plus a token stream to the caller's inbox, doing no
+   work, over FastStream and over raw nats-py (``bench.bus_transport``), in the same run; NRT
+   would put them on FastStream only within 10% of raw.
+
 Non-streaming requests through one ``httpx.AsyncClient`` per level; p50/p99 latency and req/s
 at concurrency 1 and 16, each after a warm-up. Uses NRT_NATS_URL / NRT_DATABASE_URL when set
 (that NATS must not serve another NRT stack; the events go to a fresh database on that
@@ -53,6 +57,7 @@ from litestar import Litestar, post
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from bench import bus_transport
 from bench.common import fresh_database, postgres, report
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
@@ -303,6 +308,7 @@ async def _answers(method: str, url: str, body: bytes = b"") -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Servers:
+    nats_url: str
     gateway_url: str  # the NRT stack's api_gateway
     floor_url: str  # the bare Litestar app
     crashes: list[str]  # children that exited on their own (the supervisor restarts them)
@@ -350,7 +356,9 @@ async def running(max_tokens: int) -> AsyncIterator[Servers]:
             await supervisor.start(supervisor.python_module("floor-router", "bench.gateway", {}, router))
             floor = ["--serve-floor", nats_url, "--port", str(floor_port)]
             await supervisor.start(supervisor.python_module("floor-litestar", "bench.gateway", {}, floor))
-            up = Servers(f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{floor_port}", crashes)
+            bus = [nats_url, str(max_tokens)]
+            await supervisor.start(supervisor.python_module("bus-transport", "bench.bus_transport", {}, bus))
+            up = Servers(nats_url, f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{floor_port}", crashes)
             body = request_bodies(1, max_tokens)[0]
 
             async def ready() -> bool:
@@ -384,6 +392,7 @@ async def main(n: int, warmup: int, max_tokens: int) -> None:
             f"floor: Litestar -> NATS -> echo responder -> JSON",
             flush=True,
         )
+        bus_transport.print_comparison(await bus_transport.compare(servers.nats_url, n, CONCURRENCY), max_tokens)
         for concurrency in CONCURRENCY:
             floor = await measure(servers.floor_url, FLOOR_PATH, bodies, warm, concurrency, check_floor)
             path = await measure(servers.floor_url, PATH_FLOOR_PATH, bodies, warm, concurrency, check_floor)
