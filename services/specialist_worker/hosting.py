@@ -22,6 +22,11 @@ from specialist_worker.sources import LocalArtifact, RemoteEndpoint
 Runtime = BatchingGenerator | Encoder
 
 
+def session_key(model_id: str, session_id: str) -> str:
+    """The engine's key for a conversation's KV cache on one model (sessions are per model)."""
+    return f"{model_id}/{session_id}"
+
+
 @dataclass(slots=True)
 class Hosted:
     model_id: str

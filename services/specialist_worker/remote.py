@@ -9,7 +9,7 @@ import httpx
 import msgspec
 
 from nrt.bus.errors import RemoteError
-from nrt.protocol import ChatMessage, SamplingParams
+from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
 from specialist_worker.sources import RemoteEndpoint
 
 
@@ -68,3 +68,16 @@ async def stream_chat(
                     yield choice.delta.content or "", choice.finish_reason
     except httpx.HTTPError as exc:
         raise RemoteError("remote_unreachable", f"{endpoint.base_url}: {exc}", 502) from exc
+
+
+async def generate(endpoint: RemoteEndpoint, request: GenerateRequest, worker_id: str) -> AsyncIterator[GenerateChunk]:
+    """``request`` answered by ``endpoint``, as the chunks of a local generation (text and finish reason)."""
+    messages = (ChatMessage("user", request.prompt),) if request.prompt is not None else request.messages
+    async for text, finish in stream_chat(endpoint, messages, request.params):
+        yield GenerateChunk(
+            request_id=request.request_id,
+            model_id=request.model_id,
+            worker_id=worker_id,
+            text=text,
+            finish_reason="length" if finish == "length" else ("stop" if finish else None),
+        )

@@ -13,17 +13,15 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import openai
 import pytest
 from harness import ADMIN_KEY, Stack, start_stack
 
-from nrt.bus import rpc
 from nrt.events import (
     DrainCompleted,
     DrainStarted,
@@ -71,20 +69,6 @@ async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-class HeldInbox(rpc.StreamInbox):
-    """A worker's reply inbox that holds back the request's last chunk until the hold is released."""
-
-    def __init__(self, inbox: rpc.StreamInbox, hold: LastChunkHold) -> None:
-        super().__init__(inbox.nc, inbox.inbox)
-        self.held, self.hold = inbox, hold
-
-    async def send(self, chunk: msgspec.Struct, *, last: bool = False) -> None:
-        if isinstance(chunk, GenerateChunk) and chunk.finish_reason is not None:
-            self.hold.reached.set()
-            await self.hold.release.wait()
-        await self.held.send(chunk, last=last)  # the serving inbox: it knows the stream has ended
-
-
 @dataclass
 class LastChunkHold:
     """Keeps the worker's next generation for ``model_id`` in flight: its last chunk waits for ``release``.
@@ -101,15 +85,18 @@ class LastChunkHold:
     armed: bool = True
 
     def install(self, worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
-        generate = worker.generate
+        generate = worker.serving.generate
 
-        async def held(request: GenerateRequest, inbox: rpc.StreamInbox) -> None:
-            if self.armed and request.model_id == self.model_id:
-                self.armed = False
-                inbox = HeldInbox(inbox, self)
-            await generate(request, inbox)
+        async def held(request: GenerateRequest) -> AsyncGenerator[GenerateChunk, None]:
+            holding = self.armed and request.model_id == self.model_id
+            self.armed = self.armed and not holding
+            async for chunk in generate(request):
+                if holding and chunk.finish_reason is not None:  # the last chunk waits for the release
+                    self.reached.set()
+                    await self.release.wait()
+                yield chunk
 
-        monkeypatch.setattr(worker, "generate", held)
+        monkeypatch.setattr(worker.serving, "generate", held)
 
 
 class Warnings(logging.Handler):

@@ -1,12 +1,13 @@
-"""A real specialist worker, in-process, on real NATS, hosting tiny real ONNX models."""
+"""A real specialist worker, in-process, on real NATS, hosting tiny real ONNX models; and its jobs without NATS."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
+from shell_fakes import Jobs
 
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
@@ -18,3 +19,11 @@ async def worker(nc: Client, nrt_home: Path) -> AsyncIterator[Worker]:
     await w.start()
     yield w
     await w.stop()
+
+
+@pytest.fixture
+def jobs(nrt_home: Path) -> Iterator[Jobs]:
+    """The worker's jobs on a real ModelHost (tiny real models), with an in-memory shell instead of NATS."""
+    built = Jobs.build()
+    yield built
+    built.host.close()

@@ -1,0 +1,150 @@
+"""Serving a hosted model's requests: generate (local or remote), classify and embed.
+
+Each handler takes a typed request and answers with typed replies: ``generate`` yields the
+answer's chunks (the one with a ``finish_reason`` is the last), ``classify`` and ``embed``
+return one reply. A standby model is promoted first (a cold start, timed on the first chunk).
+A conversation's turns on a local model share its KV cache, recorded as session events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from nrt.bus.errors import BadRequest, RemoteError
+from nrt.events import SessionOpened, SessionTouched
+from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
+from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, GenerateChunk, GenerateRequest
+from specialist_worker import classify, remote
+from specialist_worker.classify import LabelScores
+from specialist_worker.hosting import ModelHost, session_key
+from specialist_worker.ports import EventSink, SpecLookup
+from specialist_worker.prompts import generation_request
+from specialist_worker.sources import RemoteEndpoint
+
+
+class Residency(Protocol):
+    """Makes a standby model resident before it serves (see :meth:`Control.ensure_resident`)."""
+
+    async def ensure_resident(
+        self, model_id: str, reason: str, cold_start: bool, manifest_version: int = 0
+    ) -> float | None: ...
+
+
+class Serving:
+    def __init__(
+        self, worker_id: str, host: ModelHost, residency: Residency, events: EventSink, specs: SpecLookup
+    ) -> None:
+        self.worker_id, self.host, self.residency, self.events, self.specs = worker_id, host, residency, events, specs
+        self.centroids = classify.CentroidCache()
+
+    @contextmanager
+    def active(self, model_id: str) -> Iterator[None]:
+        """Count a request in flight on ``model_id`` (reported in heartbeats) while it is served."""
+        hosted = self.host.get(model_id)
+        hosted.active_requests += 1
+        try:
+            yield
+        finally:
+            hosted.active_requests -= 1
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateChunk, None]:
+        model_id = request.model_id
+        hosted = self.host.get(model_id)
+        if isinstance(hosted.target, RemoteEndpoint):
+            async for answer in remote.generate(hosted.target, request, self.worker_id):
+                yield answer
+            return
+        cold_ms = await self.residency.ensure_resident(model_id, "on_demand", True, request.manifest_version)
+        runtime = self.host.runtime(model_id)
+        if not isinstance(runtime, BatchingGenerator):
+            raise BadRequest(f"model '{model_id}' is an encoder; it can embed or classify, not generate")
+        key = session_key(model_id, request.session_id) if request.session_id else None
+        try:
+            engine_request = generation_request(request, self.specs(model_id), key)
+        except TemplateError as exc:
+            raise BadRequest(str(exc), code="bad_template") from exc
+        try:
+            async for chunk in runtime.generate(engine_request):  # one chunk, the last, unless streaming
+                if chunk.usage is not None and request.session_id:
+                    self._session_touched(request.session_id, model_id, runtime, key, chunk.usage)
+                yield GenerateChunk(
+                    request_id=request.request_id,
+                    model_id=model_id,
+                    worker_id=self.worker_id,
+                    text=chunk.text,
+                    token_ids=chunk.token_ids,
+                    finish_reason=chunk.finish_reason,
+                    usage=chunk.usage,
+                    timings=chunk.timings,
+                    cold_start_ms=cold_ms,
+                )
+                cold_ms = None  # on the first chunk only
+        except ContextWindowError as exc:
+            raise RemoteError("context_window_exceeded", str(exc), 400) from exc
+        except InferenceError as exc:
+            raise RemoteError("inference_failed", str(exc), 500) from exc
+
+    def _session_touched(
+        self, session_id: str, model_id: str, runtime: BatchingGenerator, key: str | None, usage: Usage
+    ) -> None:
+        """Record a turn of a conversation: opened on its first turn here, touched on every one."""
+        hosted = self.host.get(model_id)
+        if session_id not in hosted.sessions:
+            hosted.sessions.add(session_id)
+            self.events.emit(SessionOpened(session_id=session_id, model_id=model_id, worker_id=self.worker_id))
+        self.events.emit(
+            SessionTouched(
+                session_id=session_id,
+                model_id=model_id,
+                worker_id=self.worker_id,
+                cached_tokens=usage.prompt_tokens + usage.completion_tokens,
+                kv_bytes=runtime.session_bytes(key) if key else 0,
+                reused_tokens=usage.cached_tokens,
+            )
+        )
+
+    async def classify(self, request: ClassifyRequest) -> ClassifyReply:
+        if not request.labels:
+            raise BadRequest("classify needs at least one label")
+        await self.residency.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        runtime = self.host.runtime(request.model_id)
+        started = time.perf_counter()
+        if isinstance(runtime, Encoder):
+            result = await asyncio.to_thread(self._classify_encoder, request, runtime)
+        else:
+            spec = self.specs(request.model_id)
+            prompt = spec.template if spec is not None and spec.template else classify.DEFAULT_PROMPT
+            result = await asyncio.to_thread(
+                classify.classify_causal, runtime.model, request.labels, request.text, prompt
+            )
+        return ClassifyReply(
+            model_id=request.model_id,
+            worker_id=self.worker_id,
+            scores=result.scores,
+            best=result.best,
+            confidence=result.confidence,
+            latency_ms=(time.perf_counter() - started) * 1e3,
+        )
+
+    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> LabelScores:
+        """Off the event loop, in one thread handoff: the label centroids (cached) and the scores."""
+        centroids = self.centroids.centroids(request.model_id, encoder, request.labels, request.examples)
+        return classify.classify_encoder(encoder, centroids, request.labels, request.text)
+
+    async def embed(self, request: EmbedRequest) -> EmbedReply:
+        await self.residency.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        runtime = self.host.runtime(request.model_id)
+        if not isinstance(runtime, Encoder):
+            raise BadRequest(f"model '{request.model_id}' is not an encoder; it cannot embed")
+        started = time.perf_counter()
+        vectors = await asyncio.to_thread(runtime.embed, list(request.texts))
+        return EmbedReply(
+            model_id=request.model_id,
+            worker_id=self.worker_id,
+            vectors=vectors.tolist(),
+            latency_ms=(time.perf_counter() - started) * 1e3,
+        )
