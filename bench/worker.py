@@ -31,6 +31,7 @@ from nats.aio.client import Client
 
 from bench.common import report
 from nrt.bus import rpc, subjects
+from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.inference import bare_greedy, build_session, load_weights
@@ -146,7 +147,8 @@ async def main(model: str, n: int) -> None:
         floor = await asyncio.to_thread(Bare, path)
         nc = await connect(url, "bench-worker")
         await ensure_events_stream(nc.jetstream())
-        worker = Worker(nc, detect(), worker_id="bench")
+        worker_broker = await start_broker(url, "bench-worker-service")
+        worker = Worker(worker_broker, detect(), worker_id="bench")
         await worker.start()
         try:
             await rpc.request(
@@ -192,6 +194,7 @@ async def main(model: str, n: int) -> None:
             peer(model, n, tps, ttft)
         finally:
             await worker.stop()
+            await worker_broker.stop()
             await nc.close()
 
 

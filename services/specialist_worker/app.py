@@ -13,7 +13,7 @@ from specialist_worker.worker import Worker
 async def run(ctx: ServiceContext) -> None:
     ram_limit = os.environ.get("NRT_WORKER_RAM")
     worker = Worker(
-        ctx.nc,
+        ctx.broker,
         detect(parse_size(ram_limit) if ram_limit else None),
         worker_id=os.environ.get("NRT_WORKER_ID") or None,
         max_batch_size=int(os.environ.get("NRT_WORKER_MAX_BATCH", "16")),

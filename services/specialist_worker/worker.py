@@ -6,8 +6,10 @@
 - :class:`Serving` answers ``nrt.infer.<model_id>`` (generate, classify, embed) for each
   model this worker hosts, in the queue group that spreads a model's requests over workers.
 
-The jobs are plain typed handlers; this module connects them to NATS (request/reply with
-error frames, streamed replies, the heartbeat subject, the promote request to cluster_state).
+The jobs are plain typed handlers; this module connects them to the bus. The control plane
+(control commands, heartbeats, the promote request to cluster_state) is on the service's
+FastStream broker; the hot path (``nrt.infer.<model_id>``, streamed to the caller's inbox)
+is on raw nats-py over the broker's connection (``nrt.bus.rpc``; ``bench.gateway`` measures why).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import uuid
 from contextlib import aclosing
 from typing import cast
 
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from nrt.bus import broker as bus
 from nrt.bus import rpc, subjects
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
@@ -29,7 +33,6 @@ from nrt.inference import ArtifactRegistry
 from nrt.manifest import ModelSpec
 from nrt.protocol import (
     ClassifyRequest,
-    ControlCommand,
     EmbedRequest,
     GenerateRequest,
     InferRequest,
@@ -50,7 +53,7 @@ log = logging.getLogger("nrt.worker")
 class Worker:
     def __init__(
         self,
-        nc: Client,
+        broker: NatsBroker,
         resources: HostResources,
         worker_id: str | None = None,
         max_batch_size: int = 16,
@@ -58,24 +61,35 @@ class Worker:
         ort_spin: bool = False,
         promote_timeout: float = 60.0,
     ) -> None:
-        self.nc = nc
+        self.broker = broker
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
         self.host = ModelHost(ArtifactRegistry(spin=ort_spin), max_batch_size=max_batch_size)
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
-        self.manifest = EventFollower(nc)
+        self.manifest = EventFollower(self.nc)
+        self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
         self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
         self.presence = Presence(
-            self.worker_id, resources, self.host, EventPublisher(nc), self._send_heartbeat, heartbeat_s
+            self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s
         )
         self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(self.worker_id, self.host, self.control, self.presence, self.spec)
 
+    @property
+    def nc(self) -> Client:
+        """The broker's connection: the raw hot path and JetStream."""
+        return self.broker.connection
+
     # -- life cycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.manifest.start(types=(ManifestApplied,), latest_only=True)
-        await rpc.serve(self.nc, subjects.control(self.worker_id), ControlCommand, self.control.handle)
+        await bus.serve(
+            self.broker,
+            subjects.control(self.worker_id),
+            self.control.handle,
+            title=f"worker {self.worker_id}: control",
+        )
         await self.presence.join()
         log.info("worker %s ready (%s)", self.worker_id, ", ".join(self.presence.resources.providers))
 
@@ -132,7 +146,7 @@ class Worker:
                 await inbox.send(await self.serving.embed(request), last=True)
 
     async def _send_heartbeat(self, beat: WorkerHeartbeat) -> None:
-        await self.nc.publish(subjects.WORKER_HEARTBEAT, rpc.encode(beat))
+        await self._heartbeats.publish(beat)
 
     async def _ask_promotion(self, ask: PromoteModel) -> PromoteResult:
-        return await rpc.request(self.nc, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
+        return await bus.call(self.broker, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)

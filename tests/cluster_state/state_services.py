@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from nats.aio.client import Client
+from faststream.nats import NatsBroker
 
 from cluster_state.service import ClusterStateService
-from nrt.bus.connection import connect
+from nrt.bus.broker import start_broker
 from nrt.store import EventStore
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
@@ -32,8 +32,10 @@ async def until_head(store: EventStore, n: int, within: float = 20.0) -> int:
 class RunningWorker:
     """The real specialist worker, in this process, with its own NATS connection and heartbeats."""
 
-    def __init__(self, worker: Worker, nc: Client, stopping: asyncio.Event, heartbeats: asyncio.Task[None]) -> None:
-        self.worker, self.nc, self.stopping, self.heartbeats = worker, nc, stopping, heartbeats
+    def __init__(
+        self, worker: Worker, broker: NatsBroker, stopping: asyncio.Event, heartbeats: asyncio.Task[None]
+    ) -> None:
+        self.worker, self.broker, self.stopping, self.heartbeats = worker, broker, stopping, heartbeats
         self.stopped = False
 
     @property
@@ -44,7 +46,7 @@ class RunningWorker:
         """Go silent without a goodbye: no more heartbeats, no WorkerLost, no replies."""
         self.heartbeats.cancel()
         await asyncio.gather(self.heartbeats, return_exceptions=True)
-        await self.nc.close()
+        await self.broker.connection.close()
         self.stopped = True
 
     async def stop(self) -> None:
@@ -54,7 +56,7 @@ class RunningWorker:
         self.stopping.set()
         await self.heartbeats
         await self.worker.stop()
-        await self.nc.drain()
+        await self.broker.stop()
 
 
 class Workers:
@@ -63,11 +65,11 @@ class Workers:
         self.running: list[RunningWorker] = []
 
     async def start(self, worker_id: str, heartbeat_s: float = 0.5) -> RunningWorker:
-        nc = await connect(self.nats_url, name=f"worker {worker_id}")
-        worker = Worker(nc, detect(), worker_id=worker_id, max_batch_size=8, heartbeat_s=heartbeat_s)
+        broker = await start_broker(self.nats_url, f"worker {worker_id}")
+        worker = Worker(broker, detect(), worker_id=worker_id, max_batch_size=8, heartbeat_s=heartbeat_s)
         await worker.start()
         stopping = asyncio.Event()
-        running = RunningWorker(worker, nc, stopping, asyncio.create_task(worker.run_heartbeats(stopping)))
+        running = RunningWorker(worker, broker, stopping, asyncio.create_task(worker.run_heartbeats(stopping)))
         self.running.append(running)
         return running
 

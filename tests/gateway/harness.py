@@ -177,8 +177,9 @@ async def start_stack(
     if edit is not None:  # (old, new): a variant of the fixture manifest
         assert edit[0] in text
         text = text.replace(*edit)
-    worker_nc = await connect(nats_url, name="specialist_worker")
-    worker = Worker(worker_nc, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
+    worker_broker = await start_broker(nats_url, "specialist_worker")
+    worker_nc = worker_broker.connection
+    worker = Worker(worker_broker, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
     beating = asyncio.Event()
     heartbeats: asyncio.Task[None] | None = None
     cluster_state: ClusterStateService | None = None
@@ -245,7 +246,7 @@ async def start_stack(
             await heartbeats
         if worker_nc.is_connected:
             await worker.stop()
-            await worker_nc.drain()
+            await worker_broker.stop()
         else:  # a test cut the worker off the bus: free its models all the same
             await asyncio.to_thread(worker.host.close)
         await nc.drain()

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.bus import rpc, subjects
@@ -97,14 +98,16 @@ def minilm_ready() -> None:
     prepare("minilm-l6")  # the real cache (NRT_HOME or the user cache dir): converted once per machine
 
 
-async def test_the_minilm_router_classifies_held_out_utterances(minilm_ready: None, nc: Client) -> None:
+async def test_the_minilm_router_classifies_held_out_utterances(
+    minilm_ready: None, nc: Client, broker: NatsBroker
+) -> None:
     manifest = load_manifest(MANIFEST)
     assert set(HELD_OUT) == set(manifest.intent_labels)
     assert sum(len(v) for v in HELD_OUT.values()) >= 40
     examples = {e for _, utterances in manifest.model("router").intents for e in utterances}
     assert not examples & {u for v in HELD_OUT.values() for u in v}, "a held-out utterance is a manifest example"
 
-    worker = Worker(nc, detect(), worker_id="w-accuracy")
+    worker = Worker(broker, detect(), worker_id="w-accuracy")
     await worker.start()
     try:
         router = manifest.model("router")

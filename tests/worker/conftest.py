@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client
+from faststream.nats import NatsBroker
 from shell_fakes import Jobs
 
 from specialist_worker.resources import detect
@@ -14,8 +14,8 @@ from specialist_worker.worker import Worker
 
 
 @pytest.fixture
-async def worker(nc: Client, nrt_home: Path) -> AsyncIterator[Worker]:
-    w = Worker(nc, detect(), worker_id="w-test", max_batch_size=8)
+async def worker(broker: NatsBroker, nrt_home: Path) -> AsyncIterator[Worker]:
+    w = Worker(broker, detect(), worker_id="w-test", max_batch_size=8)
     await w.start()
     yield w
     await w.stop()

@@ -11,7 +11,7 @@ import pytest
 from nats.aio.client import Client
 
 from nrt.bus import rpc, subjects
-from nrt.bus.connection import connect
+from nrt.bus.broker import start_broker
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
@@ -257,8 +257,8 @@ async def test_sampling_over_nats_follows_temperature_top_p_and_seed(nc: Client,
 async def test_two_workers_on_one_model_share_its_requests_through_the_queue_group(
     nc: Client, worker: Worker, nats_url: str
 ) -> None:
-    other_nc = await connect(nats_url, name="second worker")
-    other = Worker(other_nc, detect(), worker_id="w-second", max_batch_size=8)
+    other_broker = await start_broker(nats_url, "second worker")
+    other = Worker(other_broker, detect(), worker_id="w-second", max_batch_size=8)
     await other.start()
     try:
         for w in (worker, other):
@@ -269,4 +269,4 @@ async def test_two_workers_on_one_model_share_its_requests_through_the_queue_gro
         assert all(chunks[-1].finish_reason in ("stop", "length") for chunks in answers)
     finally:
         await other.stop()
-        await other_nc.drain()
+        await other_broker.stop()
