@@ -28,18 +28,17 @@ from faststream.nats import NatsBroker
 from faststream.nats.subscriber.usecases import LogicSubscriber
 
 from cluster_state.controller import Controller, parse_in_force, utc_now
+from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
 from cluster_state.reseed import state_in_force, stream_holds_manifest
-from cluster_state.swap import Swapper, outcomes
+from cluster_state.swap import Swapper
 from nrt.bus import broker as bus
 from nrt.bus import subjects
-from nrt.bus.errors import RemoteError, Unavailable
 from nrt.bus.jetstream import EventPublisher
 from nrt.events import ManifestApplied
 from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
-from nrt.policies import ControlState, PromoteWanted, Tuning
-from nrt.policies.placement import where
+from nrt.policies import ControlState, Tuning
 from nrt.protocol import ApplyManifest, ApplyResult, PromoteModel, PromoteResult, StateQuery
 from nrt.state import ClusterState
 from nrt.store import EventStore, upgrade
@@ -48,7 +47,6 @@ log = logging.getLogger("nrt.cluster_state")
 
 LEADER_LOCK_KEY = 0x6E72_7463  # "nrtc": one cluster_state records and acts at a time
 BOOTSTRAP_NAMESPACE = uuid.UUID("5f0c3b7e-3c1a-4d59-9d0e-6e7274000001")
-_REFUSAL_STATUS = {"unknown_model": 404, "not_placed": 503, "budget_exhausted": 503}
 
 
 class ConfigurationError(Exception):
@@ -237,51 +235,7 @@ class ClusterStateService:
 
     async def promote(self, request: PromoteModel) -> PromoteResult:
         """Make a model resident now, demoting the least recently used first if the budget needs it."""
-        c = self.controller
-        started = time.perf_counter()
-        if request.manifest_version > c.cluster.manifest_version:
-            # The gateway admits requests under a new version as soon as it sees ManifestApplied;
-            # our fold has it once the recorder has written it: decide under that version.
-            with contextlib.suppress(TimeoutError):
-                await c.wait_for(lambda s: s.manifest_version >= request.manifest_version, within=10)
-        tasks = c.react(PromoteWanted(model_id=request.model_id, reason=request.reason, worker_id=request.worker_id))
-        results = await outcomes(tasks)
-        for outcome in results:
-            if outcome.refused is not None:
-                refused = outcome.refused
-                raise RemoteError(refused.code, refused.reason, _REFUSAL_STATUS.get(refused.code, 503))
-            if outcome.error is not None:
-                raise Unavailable(
-                    f"promoting {request.model_id} failed: {outcome.error.message}", code="promotion_failed"
-                )
-        worker_id = request.worker_id
-        if worker_id is None or c.state.tier_of(request.model_id, worker_id) == "unloaded":
-            worker_id = where(c.state, request.model_id)
-        if worker_id is None:
-            raise Unavailable(f"model '{request.model_id}' is not placed on any live worker", code="not_placed")
-        if not results and c.state.tier_of(request.model_id, worker_id) not in ("resident", "remote"):
-            # another promotion of this model is in flight: wait for it to show in the log
-            try:
-                await c.wait_for(
-                    lambda s: (
-                        any(p.tier == "resident" for p in s.models[request.model_id].placements.values())
-                        if request.model_id in s.models
-                        else False
-                    ),
-                    within=60,
-                )
-            except TimeoutError:
-                raise Unavailable(
-                    f"model '{request.model_id}' did not become resident within 60s", code="promotion_timeout"
-                ) from None
-        demoted = tuple(r.model_id for o in results for r in o.replies if r.model_id != request.model_id)
-        return PromoteResult(
-            model_id=request.model_id,
-            worker_id=worker_id,
-            tier=c.state.tier_of(request.model_id, worker_id),
-            demoted=demoted,
-            elapsed_ms=(time.perf_counter() - started) * 1e3,
-        )
+        return await promote(self.controller, request)
 
 
 def tuning_from_env(environ: dict[str, str]) -> Tuning:
