@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nrt.state import ClusterState, evolve
-from nrt.store import EventStore, RecordedEvent
+from nrt.store import EventLog, EventStore, RecordedEvent
 from nrt.units import format_size, parse_duration
 
 T = TypeVar("T")
@@ -107,7 +107,7 @@ class Replay(msgspec.Struct, frozen=True, kw_only=True):
     state: ClusterState
 
 
-async def replay_log(store: EventStore, until: str | None) -> Replay:
+async def replay_log(store: EventLog, until: str | None) -> Replay:
     """Fold the log from its first event up to ``until`` (a position, a time, or the head)."""
     end: int | None = None
     if until is not None:
@@ -310,7 +310,7 @@ def event_json(record: RecordedEvent) -> str:
     ).decode()
 
 
-async def query_log(store: EventStore, filters: Filters, after: int, limit: int) -> list[RecordedEvent]:
+async def query_log(store: EventLog, filters: Filters, after: int, limit: int) -> list[RecordedEvent]:
     return await store.query(
         stream_id=filters.stream_id,
         stream_prefix=filters.stream_prefix,
@@ -322,7 +322,7 @@ async def query_log(store: EventStore, filters: Filters, after: int, limit: int)
     )
 
 
-async def last_matching(store: EventStore, filters: Filters, head: int, n: int) -> list[RecordedEvent]:
+async def last_matching(store: EventLog, filters: Filters, head: int, n: int) -> list[RecordedEvent]:
     """The last ``n`` events at or before ``head`` that match, looking back in a doubling window."""
     window = max(4 * n, 100)
     while True:
@@ -334,7 +334,7 @@ async def last_matching(store: EventStore, filters: Filters, head: int, n: int) 
 
 
 async def follow_log(
-    store: EventStore, filters: Filters, last: int, interval: float, stop_after: int | None, page: int = 1_000
+    store: EventLog, filters: Filters, last: int, interval: float, stop_after: int | None, page: int = 1_000
 ) -> AsyncIterator[RecordedEvent]:
     """The last ``last`` matching events, then every new one as it is recorded."""
     cursor = await store.head()
