@@ -136,7 +136,7 @@ async def serve_router(
 ) -> tuple[asyncio.Task[None], ServiceContext, Subscription]:
     """router_svc's body and its health subject, as ``run_service`` runs them."""
     nc = await connect(nats_url, name="router_svc")
-    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url, None, Path(".")), nc=nc)
+    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url=nats_url, home=Path(".")), nc=nc)
 
     async def health(_: HealthQuery) -> Health:
         return Health(service="router_svc", instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
