@@ -21,6 +21,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from nrt.cli.settings import cli_settings
 from nrt.state import ClusterState, evolve
 from nrt.store import EventLog, EventStore, RecordedEvent
 from nrt.units import format_size, parse_duration
@@ -36,8 +37,9 @@ _LONG_TEXT = 60
 
 
 def resolve_database_url(option: str | None) -> str:
-    if option:
-        return option
+    url = option or cli_settings().database_url
+    if url:
+        return url
     from nrt.stack import endpoints
 
     found = endpoints.discover()
@@ -90,7 +92,6 @@ def _moment_option(_ctx: click.Context, _param: click.Parameter, value: str | No
 
 database_option = click.option(
     "--database-url",
-    envvar="NRT_DATABASE_URL",
     default=None,
     help="PostgreSQL URL (NRT_DATABASE_URL; default: the local `nrt up` stack)",
 )
