@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.bus import broker as bus
-from nrt.settings import Settings
+from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
 log = logging.getLogger("nrt.service")
@@ -98,18 +99,23 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
         log.info("%s stopped", name)
 
 
-def configure_logging(name: str) -> None:
-    """Every service logs alike: ``NRT_LOG_LEVEL`` (default INFO), one line per record, named."""
+def configure_logging(name: str, level: LogLevel) -> None:
+    """Every service logs alike: at ``level`` (``NRT_LOG_LEVEL``), one line per record, named."""
     logging.basicConfig(
-        level=os.environ.get("NRT_LOG_LEVEL", "INFO"),
+        level=level,
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
 
 
 def main(name: str, body: ServiceBody) -> None:
-    """``python -m <service>``: run the service in the foreground."""
-    configure_logging(name)
-    asyncio.run(run_service(name, body))
+    """``python -m <service>``: run the service in the foreground; a bad setting exits 2 naming its variable."""
+    try:
+        settings = Settings.from_env()
+        configure_logging(name, settings.log_level)
+        asyncio.run(run_service(name, body, settings))
+    except SettingsError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 async def idle(ctx: ServiceContext) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from nrt.settings import Settings
 
 
 def setup_tracing(service_name: str) -> TracerProvider | None:
@@ -16,7 +16,7 @@ def setup_tracing(service_name: str) -> TracerProvider | None:
     Without ``OTEL_EXPORTER_OTLP_ENDPOINT`` the no-op provider stays: context still
     propagates through NATS headers, nothing is exported.
     """
-    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    if not Settings.from_env().otlp_endpoint:
         return None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
+import sys
 from collections.abc import Iterator
 
 import uvicorn
 
 from api_gateway.app import create_app
+from api_gateway.settings import GatewaySettings
 from nrt.service import configure_logging
+from nrt.settings import SettingsError
 from nrt.telemetry import setup_tracing
 
 SERVICE = "api_gateway"
@@ -24,13 +26,13 @@ class _Server(uvicorn.Server):
         yield  # signals are ours: a clean stop is a normal exit, not a re-raised signal
 
 
-async def serve() -> None:
+async def serve(settings: GatewaySettings) -> None:
     setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
     config = uvicorn.Config(
-        create_app(),
-        host=os.environ.get("NRT_GATEWAY_HOST", "127.0.0.1"),
-        port=int(os.environ.get("NRT_GATEWAY_PORT", "8080")),
-        log_level=os.environ.get("NRT_LOG_LEVEL", "info").lower(),
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -41,5 +43,10 @@ async def serve() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging(SERVICE)
-    asyncio.run(serve())
+    try:
+        settings = GatewaySettings.from_env()
+    except SettingsError as exc:
+        print(f"{SERVICE}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    configure_logging(SERVICE, settings.log_level)
+    asyncio.run(serve(settings))

@@ -2,38 +2,51 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from pydantic import Field
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-
-
-def _number(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+from nrt.settings import Settings
 
 
-@dataclass(frozen=True, slots=True)
-class GatewaySettings:
-    nats_url: str = DEFAULT_NATS_URL
-    admin_key: str | None = None  # PUT /v1/manifest needs it as a bearer token; unset: updates disabled
-    max_body_bytes: int = 1024 * 1024  # larger request bodies get 413
-    max_tokens_limit: int = 16384  # the largest max_tokens a request may ask for
-    route_timeout: float = 30.0  # deadline for the first frame (the router's decision or a direct call's first token)
-    idle_timeout: float = 60.0  # deadline between frames (covers a specialist's cold start)
-    request_timeout: float = 600.0  # deadline for a whole request
-    apply_timeout: float = 300.0  # deadline for a manifest swap, on top of its drain timeout
+class GatewaySettings(Settings):
+    """What the gateway reads: the shared settings, where it listens, its limits and deadlines."""
 
-    @classmethod
-    def from_env(cls) -> GatewaySettings:
-        default = cls()
-        return cls(
-            nats_url=os.environ.get("NRT_NATS_URL") or DEFAULT_NATS_URL,
-            admin_key=os.environ.get("NRT_ADMIN_KEY") or None,
-            max_body_bytes=int(_number("NRT_GATEWAY_MAX_BODY_BYTES", default.max_body_bytes)),
-            max_tokens_limit=int(_number("NRT_GATEWAY_MAX_TOKENS", default.max_tokens_limit)),
-            route_timeout=_number("NRT_GATEWAY_ROUTE_TIMEOUT", default.route_timeout),
-            idle_timeout=_number("NRT_GATEWAY_IDLE_TIMEOUT", default.idle_timeout),
-            request_timeout=_number("NRT_GATEWAY_REQUEST_TIMEOUT", default.request_timeout),
-            apply_timeout=_number("NRT_GATEWAY_APPLY_TIMEOUT", default.apply_timeout),
-        )
+    admin_key: str | None = Field(
+        default=None, description="bearer token for `PUT /v1/manifest` (swaps are refused when unset)"
+    )
+    host: str = Field(default="127.0.0.1", validation_alias="NRT_GATEWAY_HOST", description="where the gateway listens")
+    port: int = Field(
+        default=8080, ge=0, le=65535, validation_alias="NRT_GATEWAY_PORT", description="the gateway's port"
+    )
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        validation_alias="NRT_GATEWAY_MAX_BODY_BYTES",
+        description="larger request bodies get 413",
+    )
+    max_tokens_limit: int = Field(
+        default=16384,
+        gt=0,
+        validation_alias="NRT_GATEWAY_MAX_TOKENS",
+        description="the largest `max_tokens` a request may ask for",
+    )
+    route_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_ROUTE_TIMEOUT",
+        description="seconds to the first frame (the router's decision, or a direct call's first token)",
+    )
+    idle_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_IDLE_TIMEOUT",
+        description="seconds between frames (covers a specialist's cold start)",
+    )
+    request_timeout: float = Field(
+        default=600.0, gt=0, validation_alias="NRT_GATEWAY_REQUEST_TIMEOUT", description="seconds for a whole request"
+    )
+    apply_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_APPLY_TIMEOUT",
+        description="seconds for a manifest swap, on top of its drain timeout",
+    )

@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 
 from cluster_state.app import MANIFEST_ENV, run
+from cluster_state.settings import ClusterStateSettings
 from nrt.service import main
+from nrt.settings import SettingsError
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m cluster_state", description=__doc__)
     parser.add_argument("--manifest", metavar="FILE", help=f"bootstrap manifest (default: ${MANIFEST_ENV})")
     args = parser.parse_args()
-    if not os.environ.get("NRT_DATABASE_URL"):
+    try:
+        settings = ClusterStateSettings.from_env()
+    except SettingsError as exc:
+        print(f"cluster_state: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if not settings.database_url:
         print(
             "cluster_state: NRT_DATABASE_URL is not set; it records the event log in PostgreSQL "
             "(e.g. NRT_DATABASE_URL=postgresql://user@127.0.0.1:5432/nrt)",
             file=sys.stderr,
         )
         sys.exit(2)
-    main("cluster_state", functools.partial(run, manifest=args.manifest))
+    main("cluster_state", functools.partial(run, manifest=args.manifest, settings=settings))
 
 
 if __name__ == "__main__":

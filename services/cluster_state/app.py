@@ -2,38 +2,39 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from cluster_state.service import ClusterStateService, ConfigurationError, tuning_from_env
+from cluster_state.service import ClusterStateService, ConfigurationError
+from cluster_state.settings import ClusterStateSettings
 from nrt.service import ServiceContext
+from nrt.settings import env_name
 
-MANIFEST_ENV = "NRT_MANIFEST"
+MANIFEST_ENV = env_name(ClusterStateSettings, "manifest")
 
 
-def bootstrap_manifest(path: str | None) -> tuple[str | None, str]:
+def bootstrap_manifest(path: Path | None) -> tuple[str | None, str]:
     """The bootstrap manifest's text and where it came from (``--manifest``, else NRT_MANIFEST)."""
-    chosen = path or os.environ.get(MANIFEST_ENV) or None
-    if chosen is None:
+    if path is None:
         return None, "no manifest"
     try:
-        return Path(chosen).read_text(encoding="utf-8"), chosen
+        return path.read_text(encoding="utf-8"), str(path)
     except OSError as exc:
-        raise ConfigurationError(f"cannot read the manifest {chosen}: {exc.strerror}") from None
+        raise ConfigurationError(f"cannot read the manifest {path}: {exc.strerror}") from None
 
 
-async def run(ctx: ServiceContext, manifest: str | None = None) -> None:
-    if not ctx.settings.database_url:
+async def run(ctx: ServiceContext, manifest: str | None = None, settings: ClusterStateSettings | None = None) -> None:
+    settings = settings or ClusterStateSettings.from_env()
+    if not settings.database_url:
         raise ConfigurationError(
             "cluster_state needs NRT_DATABASE_URL (e.g. postgresql://user@127.0.0.1:5432/nrt): "
             "it records the event log in PostgreSQL"
         )
-    text, source = bootstrap_manifest(manifest)
+    text, source = bootstrap_manifest(Path(manifest) if manifest else settings.manifest)
     service = ClusterStateService(
         ctx.broker,
-        ctx.settings.database_url,
+        settings.database_url,
         manifest_text=text,
         manifest_file=source,
-        tuning=tuning_from_env(dict(os.environ)),
+        tuning=settings.tuning(),
     )
     await service.run(ctx.stopping)

@@ -1,7 +1,7 @@
 """Record the JetStream event stream in PostgreSQL: durable, in order, exactly once in the log.
 
 A durable pull consumer delivers the stream in sequence order. Each fetched batch is
-appended with ``EventStore.append`` in one transaction together with the stream
+appended with ``EventLog.append`` in one transaction together with the stream
 sequence of its last message (``consumer_checkpoints``); only then are the messages
 acknowledged. A crash before the commit redelivers the batch; a crash after the commit
 but before the ack redelivers events the store already holds, which it skips by event
@@ -28,7 +28,7 @@ from nats.js.errors import NotFoundError
 from nrt.bus import subjects
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.events import Event, EventDecodeError, decode
-from nrt.store import Checkpoint, EventStore, RecordedEvent
+from nrt.store import Checkpoint, EventLog, RecordedEvent
 
 log = logging.getLogger("nrt.cluster_state.recorder")
 
@@ -42,7 +42,7 @@ class Recorder:
     def __init__(
         self,
         nc: Client,
-        store: EventStore,
+        store: EventLog,
         on_recorded: OnRecorded,
         *,
         consumer: str = CONSUMER,

@@ -36,7 +36,7 @@ from nrt.events import (
     decode,
 )
 from nrt.state import ClusterState, evolve
-from nrt.store import EventStore, RecordedEvent
+from nrt.store import EventLog, RecordedEvent
 
 # the events that decide the manifest, the workers and the placements (nothing else changes them)
 STATE_TYPES = tuple(t.__name__ for t in CONTROL_PLANE)
@@ -92,7 +92,7 @@ class StateInForce:
         return [r.event for r in sorted(chosen, key=lambda r: r.position)]
 
 
-async def state_in_force(store: EventStore, page: int = 10_000) -> list[Event]:
+async def state_in_force(store: EventLog, page: int = 10_000) -> list[Event]:
     """The log's events that make up its manifest, live workers and placements (see ``StateInForce``)."""
     found = StateInForce()
     after = 0

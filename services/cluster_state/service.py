@@ -238,12 +238,4 @@ class ClusterStateService:
         return await promote(self.controller, request)
 
 
-def tuning_from_env(environ: dict[str, str]) -> Tuning:
-    default = Tuning()
-    return Tuning(
-        heartbeat_s=float(environ.get("NRT_HEARTBEAT_S", default.heartbeat_s)),
-        missed_beats=int(environ.get("NRT_MISSED_HEARTBEATS", default.missed_beats)),
-    )
-
-
-__all__ = ["ClusterStateService", "ConfigurationError", "ManifestError", "tuning_from_env"]
+__all__ = ["ClusterStateService", "ConfigurationError", "ManifestError"]

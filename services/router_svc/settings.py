@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import Field
+
+from nrt.settings import Settings
 
 
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+class RouterSettings(Settings):
+    """What router_svc reads: the shared settings and its deadlines."""
 
-
-CLASSIFY_TIMEOUT = 30.0
-MANIFEST_WAIT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class RouterSettings:
-    classify_timeout: float = CLASSIFY_TIMEOUT  # deadline for the entry model's answer (covers a cold start)
-    manifest_wait: float = MANIFEST_WAIT  # how long a request may wait for its manifest version to arrive
-    queue: str = "nrt-router"  # queue group: several router_svc instances share the requests
-
-    @classmethod
-    def from_env(cls) -> RouterSettings:
-        return cls(
-            classify_timeout=_seconds("NRT_ROUTER_CLASSIFY_TIMEOUT", CLASSIFY_TIMEOUT),
-            manifest_wait=_seconds("NRT_ROUTER_MANIFEST_WAIT", MANIFEST_WAIT),
-        )
+    classify_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias="NRT_ROUTER_CLASSIFY_TIMEOUT",
+        description="seconds for the entry model's answer (covers a cold start)",
+    )
+    manifest_wait: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias="NRT_ROUTER_MANIFEST_WAIT",
+        description="seconds a request may wait for the manifest version it was admitted under to arrive",
+    )
+    queue: ClassVar[str] = "nrt-router"  # queue group: several router_svc instances share the requests

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import os
-
 from nrt.service import ServiceContext
-from nrt.units import parse_size
 from specialist_worker.resources import detect
+from specialist_worker.settings import WorkerSettings
 from specialist_worker.worker import Worker
 
 
-async def run(ctx: ServiceContext) -> None:
-    ram_limit = os.environ.get("NRT_WORKER_RAM")
+async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> None:
+    settings = settings or WorkerSettings.from_env()
     worker = Worker(
         ctx.broker,
-        detect(parse_size(ram_limit) if ram_limit else None),
-        worker_id=os.environ.get("NRT_WORKER_ID") or None,
-        max_batch_size=int(os.environ.get("NRT_WORKER_MAX_BATCH", "16")),
-        heartbeat_s=float(os.environ.get("NRT_HEARTBEAT_S", "2")),
-        ort_spin=os.environ.get("NRT_WORKER_ORT_SPIN", "0") == "1",
+        detect(settings.worker_ram),
+        worker_id=settings.worker_id,
+        max_batch_size=settings.worker_max_batch,
+        heartbeat_s=settings.heartbeat_s,
+        ort_spin=settings.worker_ort_spin,
     )
     await worker.start()
     try:

@@ -81,7 +81,8 @@ async def test_promote_demotes_the_least_recently_used_resident_on_the_worker_fi
     assert [(c.action, c.model_id) for c in received][-1] == ("promote", "legal")
     demotions = [c for c in received if c.action == "demote"]
     assert [c.model_id for c in demotions] == list(result.demoted)
-    assert len(demotions) == 1 and demotions[0].model_id in ("billing", "technical")  # never the critical router
+    assert len(demotions) == 1
+    assert demotions[0].model_id in ("billing", "technical")  # never the critical router
     assert (result.model_id, result.worker_id) == ("legal", "w1")
 
 
@@ -108,7 +109,8 @@ async def test_an_invalid_promote_request_gets_a_400_frame_naming_the_field_not_
     with pytest.raises(RemoteError) as bad:
         bus.raise_if_error(reply.headers, reply.body)
     assert bad.value.status == 400
-    assert "PromoteModel" in bad.value.message and "$.model_id" in bad.value.message
+    assert "PromoteModel" in bad.value.message
+    assert "$.model_id" in bad.value.message
 
 
 async def test_a_heartbeat_reaches_the_controller_and_an_undecodable_one_changes_nothing(memory: NatsBroker) -> None:

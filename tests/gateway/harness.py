@@ -133,7 +133,7 @@ async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
 async def serve_router(nats_url: str, settings: RouterSettings) -> tuple[asyncio.Task[None], ServiceContext]:
     """router_svc's body and its health subject, as ``run_service`` runs them."""
     broker = await start_broker(nats_url, "router_svc")
-    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url, None, Path(".")), broker=broker)
+    ctx = ServiceContext(name="router_svc", settings=Settings(nats_url=nats_url, home=Path(".")), broker=broker)
     await serve_health(ctx)
     return asyncio.create_task(run_router(ctx, settings)), ctx
 

@@ -21,8 +21,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from nrt.cli.settings import cli_settings
 from nrt.state import ClusterState, evolve
-from nrt.store import EventStore, RecordedEvent
+from nrt.store import EventLog, EventStore, RecordedEvent
 from nrt.units import format_size, parse_duration
 
 T = TypeVar("T")
@@ -36,8 +37,9 @@ _LONG_TEXT = 60
 
 
 def resolve_database_url(option: str | None) -> str:
-    if option:
-        return option
+    url = option or cli_settings().database_url
+    if url:
+        return url
     from nrt.stack import endpoints
 
     found = endpoints.discover()
@@ -90,7 +92,6 @@ def _moment_option(_ctx: click.Context, _param: click.Parameter, value: str | No
 
 database_option = click.option(
     "--database-url",
-    envvar="NRT_DATABASE_URL",
     default=None,
     help="PostgreSQL URL (NRT_DATABASE_URL; default: the local `nrt up` stack)",
 )
@@ -107,7 +108,7 @@ class Replay(msgspec.Struct, frozen=True, kw_only=True):
     state: ClusterState
 
 
-async def replay_log(store: EventStore, until: str | None) -> Replay:
+async def replay_log(store: EventLog, until: str | None) -> Replay:
     """Fold the log from its first event up to ``until`` (a position, a time, or the head)."""
     end: int | None = None
     if until is not None:
@@ -310,7 +311,7 @@ def event_json(record: RecordedEvent) -> str:
     ).decode()
 
 
-async def query_log(store: EventStore, filters: Filters, after: int, limit: int) -> list[RecordedEvent]:
+async def query_log(store: EventLog, filters: Filters, after: int, limit: int) -> list[RecordedEvent]:
     return await store.query(
         stream_id=filters.stream_id,
         stream_prefix=filters.stream_prefix,
@@ -322,7 +323,7 @@ async def query_log(store: EventStore, filters: Filters, after: int, limit: int)
     )
 
 
-async def last_matching(store: EventStore, filters: Filters, head: int, n: int) -> list[RecordedEvent]:
+async def last_matching(store: EventLog, filters: Filters, head: int, n: int) -> list[RecordedEvent]:
     """The last ``n`` events at or before ``head`` that match, looking back in a doubling window."""
     window = max(4 * n, 100)
     while True:
@@ -334,7 +335,7 @@ async def last_matching(store: EventStore, filters: Filters, head: int, n: int) 
 
 
 async def follow_log(
-    store: EventStore, filters: Filters, last: int, interval: float, stop_after: int | None, page: int = 1_000
+    store: EventLog, filters: Filters, last: int, interval: float, stop_after: int | None, page: int = 1_000
 ) -> AsyncIterator[RecordedEvent]:
     """The last ``last`` matching events, then every new one as it is recorded."""
     cursor = await store.head()

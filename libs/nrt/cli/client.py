@@ -13,11 +13,13 @@ from typing import Any
 import click
 import httpx
 
+from nrt.cli.settings import cli_settings
 from nrt.stack import endpoints
 from nrt.units import format_size
 
 
 def gateway_url(url: str | None) -> str:
+    url = url or cli_settings().gateway_url
     if url:
         return url.rstrip("/")
     found = endpoints.discover()
@@ -41,7 +43,7 @@ def _error(response: httpx.Response) -> click.ClickException:
 @click.option("--model", default="router", show_default=True, help="the entry model (routed) or a model id (direct)")
 @click.option("--session", default=None, help="conversation id: the worker keeps its KV cache between turns")
 @click.option("--max-tokens", type=int, default=None)
-@click.option("--url", envvar="NRT_GATEWAY_URL", default=None, help="gateway URL (default: the local `nrt up` stack)")
+@click.option("--url", default=None, help="gateway URL (NRT_GATEWAY_URL; default: the local `nrt up` stack)")
 def chat(message: str, model: str, session: str | None, max_tokens: int | None, url: str | None) -> None:
     """Send MESSAGE, stream the answer, and show the hop the router chose."""
     base = gateway_url(url)
@@ -84,7 +86,7 @@ def chat(message: str, model: str, session: str | None, max_tokens: int | None, 
 
 
 @click.command()
-@click.option("--url", envvar="NRT_GATEWAY_URL", default=None, help="gateway URL (default: the local `nrt up` stack)")
+@click.option("--url", default=None, help="gateway URL (NRT_GATEWAY_URL; default: the local `nrt up` stack)")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
 def status(url: str | None, as_json: bool) -> None:
     """Tiers, memory, sessions and the manifest version of a running stack."""

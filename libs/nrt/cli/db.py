@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from nrt.settings import Settings
+from nrt.cli.settings import cli_settings
 from nrt.store import upgrade
 
 
@@ -14,8 +14,11 @@ def db() -> None:
 
 
 @db.command()
-@click.option("--database-url", envvar="NRT_DATABASE_URL", required=True, help="PostgreSQL URL (NRT_DATABASE_URL)")
-def migrate(database_url: str) -> None:
+@click.option("--database-url", default=None, help="PostgreSQL URL (default: NRT_DATABASE_URL)")
+def migrate(database_url: str | None) -> None:
     """Apply every migration (idempotent)."""
-    upgrade(database_url or Settings.from_env().database_url or "")
+    url = database_url or cli_settings().database_url
+    if not url:
+        raise click.UsageError("no database: pass --database-url or set NRT_DATABASE_URL")
+    upgrade(url)
     click.echo("database is at the latest migration")

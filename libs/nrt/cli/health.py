@@ -9,6 +9,7 @@ import click
 
 from nrt.bus import rpc
 from nrt.bus.connection import connect
+from nrt.cli.settings import cli_settings
 from nrt.service import Health, HealthQuery, health_subject
 
 
@@ -22,12 +23,13 @@ async def _ask(url: str, service: str, within: float) -> Health:
 
 @click.command()
 @click.argument("service")
-@click.option("--nats-url", envvar="NRT_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
+@click.option("--nats-url", default=None, help="NATS URL (default: NRT_NATS_URL, else nats://127.0.0.1:4222)")
 @click.option("--timeout", "within", default=3.0, show_default=True)
-def health(service: str, nats_url: str, within: float) -> None:
+def health(service: str, nats_url: str | None, within: float) -> None:
     """Ask SERVICE (router_svc, specialist_worker, cluster_state) whether it is up."""
+    url = nats_url or cli_settings().nats_url
     try:
-        answer = asyncio.run(_ask(nats_url, service, within))
+        answer = asyncio.run(_ask(url, service, within))
     except Exception as exc:
         click.echo(f"{service}: not healthy: {exc}", err=True)
         sys.exit(1)

@@ -1,21 +1,27 @@
-"""The PostgreSQL event store."""
+"""The event store: the ``EventLog`` interface, PostgreSQL's ``EventStore`` and ``InMemoryEventStore``."""
 
-from nrt.store.event_store import (
+from nrt.store.event_store import EventStore
+from nrt.store.interface import EventLog
+from nrt.store.memory import InMemoryEventStore
+from nrt.store.migrate import upgrade
+from nrt.store.records import (
     AppendResult,
     ChainReport,
     Checkpoint,
     ConcurrencyError,
-    EventStore,
     RecordedEvent,
+    ReplayedEvent,
 )
-from nrt.store.migrate import upgrade
 
 __all__ = [
     "AppendResult",
     "ChainReport",
     "Checkpoint",
     "ConcurrencyError",
+    "EventLog",
     "EventStore",
+    "InMemoryEventStore",
     "RecordedEvent",
+    "ReplayedEvent",
     "upgrade",
 ]

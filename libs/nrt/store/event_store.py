@@ -13,14 +13,22 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-import msgspec
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from nrt.events import AnyEvent, Event, decode, encode, schema_version
+from nrt.events import Event, decode, schema_version
 from nrt.infra.pgurl import to_sqlalchemy
-from nrt.store.hashchain import GENESIS, row_hash
+from nrt.store.hashchain import GENESIS, ChainVerifier, link
+from nrt.store.interface import EventLog
+from nrt.store.records import (
+    AppendResult,
+    ChainReport,
+    Checkpoint,
+    ConcurrencyError,
+    RecordedEvent,
+    ReplayedEvent,
+)
 from nrt.store.tables import APPEND_COLUMNS
 
 APPEND_LOCK_KEY = 0x6E7274  # "nrt": one appender at a time holds it for its transaction
@@ -28,58 +36,10 @@ _COPY_SQL = f"COPY events ({', '.join(APPEND_COLUMNS)}) FROM STDIN"
 _READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text"
 
 
-class ConcurrencyError(Exception):
-    """An append expected a stream version that another writer has already moved past."""
-
-    def __init__(self, stream_id: str, expected: int, actual: int) -> None:
-        self.stream_id, self.expected, self.actual = stream_id, expected, actual
-        super().__init__(
-            f"stream '{stream_id}' is at version {actual}, but the append expected version {expected}; "
-            "re-read the stream and retry"
-        )
-
-
-class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
-    position: int
-    stream_id: str
-    stream_version: int
-    recorded_at: datetime | None
-    event: AnyEvent
-
-
-ReplayedEvent = tuple[int, AnyEvent]  # (position, event): what a fold needs
-
-
-class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
-    recorded: list[RecordedEvent]  # newly stored, in position order
-    duplicates: int  # events skipped because their id was already stored
-    head: int  # the log's last position after the append
-
-
-class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
-    """How far a consumer has recorded its source (e.g. a JetStream stream sequence)."""
-
-    consumer: str
-    sequence: int
-
-
 _CHECKPOINT_SQL = sa.text(
     "INSERT INTO consumer_checkpoints (consumer, sequence, updated_at) VALUES (:c, :s, now()) "
     "ON CONFLICT (consumer) DO UPDATE SET sequence = EXCLUDED.sequence, updated_at = EXCLUDED.updated_at"
 )
-
-
-class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
-    ok: bool
-    checked: int
-    first_bad_position: int | None = None
-    event_id: str | None = None
-    reason: str | None = None
-
-    def render(self) -> str:
-        if self.ok:
-            return f"hash chain intact: {self.checked} events verified"
-        return f"hash chain broken at position {self.first_bad_position} (event {self.event_id}): {self.reason}"
 
 
 def _copy_text(value: str) -> str:
@@ -106,7 +66,7 @@ def _expected_for(expected_versions: Mapping[str, int] | None) -> Mapping[str, i
     return expected_versions if expected_versions is not None else {}
 
 
-class EventStore:
+class EventStore(EventLog):
     """Append to and read from the event log. One instance per process; it owns an engine."""
 
     def __init__(self, engine: AsyncEngine, version_cache_size: int = 100_000) -> None:
@@ -141,13 +101,17 @@ class EventStore:
         The fast path trusts this store's cache of the chain's tail and of stream versions
         and writes at once; the table's unique constraints (position, event id, stream
         version) reject any stale guess, and the append is then redone with every check
-        read from the database.
+        read from the database. A conflict the cache sees is decided by the database too:
+        the cache may be stale, and the batch may hold events already stored.
         """
         if self._cache_covers(expected_versions):
             try:
-                return await self._append_optimistic(events, expected_versions, checkpoint)
+                result = await self._append_optimistic(events, expected_versions, checkpoint)
             except (psycopg.errors.UniqueViolation, sa.exc.IntegrityError):
                 self._forget()
+            else:
+                if result is not None:
+                    return result
         return await self._append_checked(events, expected_versions, checkpoint)
 
     def _cache_covers(self, expected_versions: Mapping[str, int] | None) -> bool:
@@ -167,15 +131,15 @@ class EventStore:
 
     async def _append_optimistic(
         self, events: Sequence[Event], expected_versions: Mapping[str, int] | None, checkpoint: Checkpoint | None
-    ) -> AppendResult:
+    ) -> AppendResult | None:
+        """The append on the cached tail and versions; None when the cache sees a conflict."""
         assert self._tail is not None
         fresh = _first_of_each(events)
         duplicates = len(events) - len(fresh)
         versions = {e.stream_id: self._versions.get(e.stream_id, 0) for e in fresh}
         for stream_id, expected in _expected_for(expected_versions).items():
-            actual = self._versions[stream_id]
-            if actual != expected and stream_id in versions:
-                raise ConcurrencyError(stream_id, expected, actual)
+            if self._versions[stream_id] != expected and stream_id in versions:
+                return None
         head, prev_hash = self._tail
         if not fresh:
             if checkpoint is not None:
@@ -250,18 +214,13 @@ class EventStore:
         """The batch as COPY text-format rows, the records the append returns, and the new tail."""
         lines: list[str] = []
         recorded: list[RecordedEvent] = []
-        for offset, event in enumerate(fresh, start=1):
-            stream_id = event.stream_id
-            version = versions.get(stream_id, 0) + 1
-            versions[stream_id] = version
-            position = head + offset
-            body = encode(event)
-            digest = row_hash(prev_hash, position, stream_id, version, body)
+        links = link(fresh, versions, head, prev_hash)
+        for event, position, stream_id, version, body, prev, digest in links:
             type_name = event.type
             lines.append(
                 f"{position}\t{event.event_id}\t{_copy_text(stream_id)}\t{version}\t{type_name}\t"
                 f"{schema_version(type_name)}\t{event.occurred_at.isoformat()}\t{_copy_text(body.decode())}\t"
-                f"\\\\x{prev_hash.hex()}\t\\\\x{digest.hex()}\n"
+                f"\\\\x{prev.hex()}\t\\\\x{digest.hex()}\n"
             )
             recorded.append(
                 RecordedEvent(
@@ -272,8 +231,8 @@ class EventStore:
                     event=event,  # type: ignore[arg-type]
                 )
             )
-            prev_hash = digest
-        return "".join(lines).encode(), recorded, (head + len(fresh), prev_hash)
+        tail = (links[-1].position, links[-1].hash) if links else (head, prev_hash)
+        return "".join(lines).encode(), recorded, tail
 
     @staticmethod
     async def _copy(conn: AsyncConnection, data: bytes) -> None:
@@ -391,7 +350,7 @@ class EventStore:
 
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the chain from the first row; name the first row that does not match."""
-        prev_hash, expected_position, checked = GENESIS, 1, 0
+        verifier = ChainVerifier()
         while True:
             async with self.engine.connect() as conn:
                 result = await conn.execute(
@@ -399,38 +358,17 @@ class EventStore:
                         "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
                         "FROM events WHERE position >= :lo ORDER BY position LIMIT :n"
                     ),
-                    {"lo": expected_position, "n": page},
+                    {"lo": verifier.next_position, "n": page},
                 )
                 rows = result.all()
             if not rows:
-                return ChainReport(ok=True, checked=checked)
+                return verifier.intact()
             for position, event_id, stream_id, version, body, stored_prev, stored_hash in rows:
-                if position != expected_position:
-                    return ChainReport(
-                        ok=False,
-                        checked=checked,
-                        first_bad_position=expected_position,
-                        event_id=event_id,
-                        reason=f"row {expected_position} is missing (next row is {position}): a row was deleted",
-                    )
-                if bytes(stored_prev) != prev_hash:
-                    return ChainReport(
-                        ok=False,
-                        checked=checked,
-                        first_bad_position=position,
-                        event_id=event_id,
-                        reason="its prev_hash does not match the previous row's hash",
-                    )
-                digest = row_hash(prev_hash, position, stream_id, version, body.encode())
-                if digest != bytes(stored_hash):
-                    return ChainReport(
-                        ok=False,
-                        checked=checked,
-                        first_bad_position=position,
-                        event_id=event_id,
-                        reason="its content does not match its hash: the row was modified",
-                    )
-                prev_hash, expected_position, checked = digest, position + 1, checked + 1
+                broken = verifier.check(
+                    position, event_id, stream_id, version, body.encode(), bytes(stored_prev), bytes(stored_hash)
+                )
+                if broken is not None:
+                    return broken
 
     # -- consumer checkpoints ------------------------------------------------------------
 

@@ -1,0 +1,30 @@
+"""The ``nrt`` command's settings: the shared ones and the gateway it talks to.
+
+A command-line option wins over its variable; without either, client and ops commands
+look for a stack started by ``nrt up`` on this machine.
+"""
+
+from __future__ import annotations
+
+import click
+from pydantic import Field
+
+from nrt.settings import Settings, SettingsError
+
+
+class CliSettings(Settings):
+    """What the ``nrt`` command reads from the environment."""
+
+    gateway_url: str | None = Field(
+        default=None,
+        description="the gateway for `nrt chat` / `nrt status`",
+        json_schema_extra={"default_text": "the local `nrt up` stack"},
+    )
+
+
+def cli_settings() -> CliSettings:
+    """The CLI's settings; a bad value is a usage error naming its variable."""
+    try:
+        return CliSettings.from_env()
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None

@@ -1,0 +1,238 @@
+"""An event store in this process's memory, with the PostgreSQL store's semantics.
+
+Same positions, stream versions, optimistic concurrency, idempotency by event id, hash
+chain (``nrt.store.hashchain``), canonical bodies (``nrt.events.encode``), replay order,
+verification and checkpoints as ``nrt.store.EventStore``: both pass the contract tests in
+``tests/store/test_contract.py``. For handler tests and tools that need a log but no
+server. Appends are atomic because nothing in them awaits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime
+
+import msgspec
+
+from nrt.events import Event, decode, utc_now
+from nrt.store.hashchain import GENESIS, ChainVerifier, link
+from nrt.store.interface import EventLog
+from nrt.store.records import (
+    AppendResult,
+    ChainReport,
+    Checkpoint,
+    ConcurrencyError,
+    RecordedEvent,
+    ReplayedEvent,
+)
+
+
+class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the log, as the PostgreSQL table holds it."""
+
+    position: int
+    event_id: str  # canonical UUID text
+    stream_id: str
+    stream_version: int
+    type: str
+    occurred_at: datetime
+    recorded_at: datetime
+    body: bytes  # the canonical encoding the hash covers
+    prev_hash: bytes
+    hash: bytes
+
+
+def _event_key(event: Event) -> str:
+    """The event id as the log keys it (canonical UUID text); a clear error when it is not a UUID."""
+    try:
+        return str(uuid.UUID(event.event_id))
+    except ValueError:
+        raise ValueError(
+            f"{event.type} has event id {event.event_id!r}, which is not a UUID; the log keys events by UUID"
+        ) from None
+
+
+def _recorded(row: StoredRow) -> RecordedEvent:
+    return RecordedEvent(
+        position=row.position,
+        stream_id=row.stream_id,
+        stream_version=row.stream_version,
+        recorded_at=row.recorded_at,
+        event=decode(row.body),
+    )
+
+
+class InMemoryEventStore(EventLog):
+    """The event log in a dict; ``clock`` stamps ``recorded_at`` (one value per append, like a transaction)."""
+
+    def __init__(self, clock: Callable[[], datetime] = utc_now) -> None:
+        self._clock = clock
+        self._rows: dict[int, StoredRow] = {}  # position -> row, in position order
+        self._ids: dict[str, int] = {}  # event id -> position
+        self._versions: dict[str, int] = {}  # stream id -> last version
+        self._streams: dict[str, list[int]] = {}  # stream id -> positions, by version
+        self._checkpoints: dict[str, int] = {}
+
+    async def close(self) -> None:
+        """Nothing to release; the log stays readable."""
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def append(
+        self,
+        events: Sequence[Event],
+        expected_versions: Mapping[str, int] | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> AppendResult:
+        keys = [_event_key(event) for event in events]
+        fresh: list[Event] = []
+        fresh_keys: list[str] = []
+        seen: set[str] = set()
+        for key, event in zip(keys, events, strict=True):
+            if key not in self._ids and key not in seen:
+                seen.add(key)
+                fresh.append(event)
+                fresh_keys.append(key)
+        streams = {event.stream_id for event in fresh}
+        for stream_id, expected in (expected_versions or {}).items():
+            actual = self._versions.get(stream_id, 0)
+            if actual != expected and stream_id in streams:
+                raise ConcurrencyError(stream_id, expected, actual)
+        if checkpoint is not None:
+            self._checkpoints[checkpoint.consumer] = checkpoint.sequence
+        head, prev_hash = self._tail()
+        versions = {stream_id: self._versions.get(stream_id, 0) for stream_id in streams}
+        recorded_at = self._clock()
+        recorded: list[RecordedEvent] = []
+        for key, chained in zip(fresh_keys, link(fresh, versions, head, prev_hash), strict=True):
+            event = chained.event
+            self._rows[chained.position] = StoredRow(
+                position=chained.position,
+                event_id=key,
+                stream_id=chained.stream_id,
+                stream_version=chained.stream_version,
+                type=event.type,
+                occurred_at=event.occurred_at,
+                recorded_at=recorded_at,
+                body=chained.body,
+                prev_hash=chained.prev_hash,
+                hash=chained.hash,
+            )
+            self._ids[key] = chained.position
+            self._streams.setdefault(chained.stream_id, []).append(chained.position)
+            recorded.append(
+                RecordedEvent(
+                    position=chained.position,
+                    stream_id=chained.stream_id,
+                    stream_version=chained.stream_version,
+                    recorded_at=recorded_at,
+                    event=event,  # type: ignore[arg-type]  # an Event of the schema is one of AnyEvent
+                )
+            )
+        self._versions.update(versions)
+        return AppendResult(recorded=recorded, duplicates=len(events) - len(fresh), head=self._tail()[0])
+
+    def _tail(self) -> tuple[int, bytes]:
+        last = next(reversed(self._rows.values()), None)
+        return (last.position, last.hash) if last is not None else (0, GENESIS)
+
+    def tamper_with_row(self, position: int, change: Callable[[StoredRow], StoredRow | None]) -> None:
+        """Test hook: what someone with access to the storage could do behind the store's back.
+
+        ``change`` gets the row stored at ``position`` and returns what is stored there
+        instead (its hashes are whatever it leaves them), or None to delete the row. The
+        log's own code never calls this.
+        """
+        row = self._rows.get(position)
+        if row is None:
+            raise KeyError(f"the log has no row at position {position}")
+        changed = change(row)
+        if changed is None:
+            del self._rows[position]
+        else:
+            self._rows[position] = changed
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def head(self) -> int:
+        return self._tail()[0]
+
+    async def stream_version(self, stream_id: str) -> int:
+        return self._versions.get(stream_id, 0)
+
+    async def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        rows = (self._rows.get(position) for position in self._streams.get(stream_id, ()))
+        return [_recorded(row) for row in rows if row is not None and row.stream_version >= from_version]
+
+    async def read_positions(
+        self, start: int = 1, end: int | None = None, page: int = 5_000
+    ) -> AsyncIterator[RecordedEvent]:
+        """Events with ``start <= position <= end`` in order; like the PostgreSQL store's pages, it
+        reads on to the head as it is when it gets there."""
+        position = start
+        while end is None or position <= end:
+            if position > self._tail()[0]:
+                return
+            row = self._rows.get(position)
+            if row is not None:
+                yield _recorded(row)
+            position += 1
+
+    async def replay(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ReplayedEvent]:
+        """``(position, event)`` from the log as it was when the replay began (later appends are not seen)."""
+        last = self._tail()[0] if end is None else min(end, self._tail()[0])
+        rows = [row for position in range(start, last + 1) if (row := self._rows.get(position)) is not None]
+        for row in rows:
+            yield row.position, decode(row.body)
+
+    async def query(
+        self,
+        *,
+        stream_id: str | None = None,
+        stream_prefix: str | None = None,
+        types: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_position: int = 0,
+        limit: int = 1_000,
+    ) -> list[RecordedEvent]:
+        wanted = set(types)
+        found: list[RecordedEvent] = []
+        for position in range(after_position + 1, self._tail()[0] + 1):
+            row = self._rows.get(position)
+            if len(found) >= limit:
+                break
+            if (
+                row is not None
+                and (stream_id is None or row.stream_id == stream_id)
+                and (stream_prefix is None or row.stream_id.startswith(stream_prefix))
+                and (not wanted or row.type in wanted)
+                and (since is None or row.occurred_at >= since)
+                and (until is None or row.occurred_at <= until)
+            ):
+                found.append(_recorded(row))
+        return found
+
+    async def position_at(self, moment: datetime) -> int:
+        return max((row.position for row in self._rows.values() if row.occurred_at <= moment), default=0)
+
+    # -- auditing ------------------------------------------------------------------------
+
+    async def verify(self, page: int = 10_000) -> ChainReport:
+        verifier = ChainVerifier()
+        for row in list(self._rows.values()):
+            broken = verifier.check(
+                row.position, row.event_id, row.stream_id, row.stream_version, row.body, row.prev_hash, row.hash
+            )
+            if broken is not None:
+                return broken
+        return verifier.intact()
+
+    # -- consumer checkpoints ------------------------------------------------------------
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._checkpoints[checkpoint.consumer] = checkpoint.sequence
+
+    async def checkpoint(self, consumer: str) -> int:
+        return self._checkpoints.get(consumer, 0)

@@ -1,0 +1,34 @@
+"""specialist_worker settings from the environment (every NRT_WORKER_* variable)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from nrt.settings import HeartbeatSettings
+from nrt.units import parse_size
+
+
+class WorkerSettings(HeartbeatSettings):
+    """What a worker reads: the shared settings, the heartbeat, its identity and capacity."""
+
+    worker_id: str | None = Field(
+        default=None,
+        description="the worker's id",
+        json_schema_extra={"default_text": "the host name and a random suffix"},
+    )
+    worker_ram: int | None = Field(
+        default=None,
+        description="the memory the worker offers for models (`8GB`)",
+        json_schema_extra={"default_text": "the host's memory"},
+    )
+    worker_max_batch: int = Field(default=16, ge=1, description="how many requests a model runs in one batch")
+    worker_ort_spin: bool = Field(
+        default=False,
+        description="`1`: ONNX Runtime threads spin-wait between runs (faster on a host the worker has to itself; "
+        "off by default, since on shared cores the spinning starves the other processes)",
+    )
+
+    @field_validator("worker_ram", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value

@@ -1,0 +1,25 @@
+"""Every event store behind ``nrt.store.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from store_backends import Backend, memory, postgres
+
+from nrt.store import EventLog
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        yield memory()
+        return
+    store, backend = postgres(request.getfixturevalue("database_url"))
+    yield backend
+    await store.close()
+
+
+@pytest.fixture
+def log(backend: Backend) -> EventLog:
+    return backend.log
