@@ -67,9 +67,9 @@ class Runtime:
             try:
                 js = nc.jetstream()
                 await ensure_events_stream(js)
-                follower = EventFollower(nc)
+                follower = EventFollower(broker)
                 gate = AdmissionGate(follower)
-                await follower.start(js, types=CONTROL_PLANE)
+                await follower.start(types=CONTROL_PLANE)
                 break
             except Exception as exc:  # JetStream not ready yet
                 log.warning("cannot follow the event stream yet: %s", exc)

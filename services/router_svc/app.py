@@ -20,7 +20,7 @@ from router_svc.settings import RouterSettings
 
 async def run(ctx: ServiceContext, settings: RouterSettings | None = None) -> None:
     settings = settings or RouterSettings.from_env()
-    follower = EventFollower(ctx.nc)
+    follower = EventFollower(ctx.broker)
     manifests = ManifestHistory(follower)
     await follower.start(types=CONTROL_PLANE)
     emitter = EventEmitter(ctx.nc)

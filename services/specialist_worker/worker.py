@@ -65,7 +65,7 @@ class Worker:
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
         self.host = ModelHost(ArtifactRegistry(spin=ort_spin), max_batch_size=max_batch_size)
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
-        self.manifest = EventFollower(self.nc)
+        self.manifest = EventFollower(broker)
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
         self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
         self.presence = Presence(

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 
 from cluster_helpers import manifest_text
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 from state_services import StartService, until_head
@@ -48,9 +49,9 @@ async def _recorded_to_the_end(nc: Client, store: EventStore, within: float = 10
         await asyncio.sleep(0.05)
 
 
-async def _followed(nc: Client) -> EventFollower:
+async def _followed(nc: Client, broker: NatsBroker) -> EventFollower:
     """What the gateway and router run, started now: a fold of the stream from its start, up to its end."""
-    view = EventFollower(nc)
+    view = EventFollower(broker)
     await view.start()
     end = await _last_seq(nc)
     await view.wait_for(lambda _: view.sequence >= end, within=10)
@@ -79,7 +80,7 @@ def _placements(state: ClusterState) -> dict[str, dict[str, tuple[str, int]]]:
 
 
 async def test_a_new_stream_gets_the_state_in_force_from_the_log_and_the_log_records_nothing_twice(
-    nc: Client, event_store: EventStore, start_cluster_state: StartService
+    nc: Client, broker: NatsBroker, event_store: EventStore, start_cluster_state: StartService
 ) -> None:
     logged = await _history(nc, event_store, start_cluster_state)
     in_force = fold(logged)
@@ -87,7 +88,7 @@ async def test_a_new_stream_gets_the_state_in_force_from_the_log_and_the_log_rec
     assert serving_workers(in_force, "billing") == ("w1",)
 
     second = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET)
-    view = await _followed(nc)
+    view = await _followed(nc, broker)
     state = view.state
     # what /readyz and the router need: the manifest in force, and a live worker for each of its models
     assert view.manifest is not None
@@ -119,14 +120,14 @@ async def test_a_new_stream_gets_the_state_in_force_from_the_log_and_the_log_rec
 
 
 async def test_what_the_new_stream_already_carries_is_not_undone_by_older_history(
-    nc: Client, event_store: EventStore, start_cluster_state: StartService
+    nc: Client, broker: NatsBroker, event_store: EventStore, start_cluster_state: StartService
 ) -> None:
     logged = await _history(nc, event_store, start_cluster_state)
     # w1 said goodbye on the new stream before cluster_state came back
     goodbye = WorkerLost(worker_id="w1", reason="shutdown")
     await EventPublisher(nc).publish(goodbye)
     service = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET)
-    view = await _followed(nc)
+    view = await _followed(nc, broker)
     assert view.manifest is not None
     assert view.state.manifest_digest == fold(logged).manifest_digest
     assert "w1" not in view.state.workers  # its older WorkerJoined is not re-published after the goodbye

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from faststream.nats import NatsBroker
 from harness import FIXTURES
 from nats.aio.client import Client
 
@@ -22,24 +23,24 @@ def applied(version: int) -> ManifestApplied:
     return ManifestApplied(version=version, cluster="tiny-support", digest=f"d{version}", text=TEXT)
 
 
-async def gate_on(nc: Client) -> AdmissionGate:
-    follower = EventFollower(nc)
+async def gate_on(broker: NatsBroker) -> AdmissionGate:
+    follower = EventFollower(broker)
     gate = AdmissionGate(follower)
     await follower.start()
     return gate
 
 
-async def test_no_manifest_means_503(nc: Client) -> None:
-    gate = await gate_on(nc)
+async def test_no_manifest_means_503(nc: Client, broker: NatsBroker) -> None:
+    gate = await gate_on(broker)
     with pytest.raises(ApiError) as caught:
         await gate.admit()
     assert (caught.value.status, caught.value.code) == (503, "no_manifest")
 
 
-async def test_a_request_during_a_swap_waits_and_runs_under_the_new_version(nc: Client) -> None:
+async def test_a_request_during_a_swap_waits_and_runs_under_the_new_version(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
     await publisher.publish(applied(1))
-    gate = await gate_on(nc)
+    gate = await gate_on(broker)
     await gate.follower.wait_for(lambda s: s.manifest_version == 1, within=5)
     assert (await gate.admit()).version == 1
     await publisher.publish(DrainStarted(from_version=1, to_version=2, in_flight=0, timeout_s=5))
@@ -55,11 +56,11 @@ async def test_a_request_during_a_swap_waits_and_runs_under_the_new_version(nc: 
     assert admission.version == 2
 
 
-async def test_a_swap_that_outlasts_the_wait_is_503_with_retry_after(nc: Client) -> None:
+async def test_a_swap_that_outlasts_the_wait_is_503_with_retry_after(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
     await publisher.publish(applied(1))
     await publisher.publish(DrainStarted(from_version=1, to_version=2, in_flight=3, timeout_s=30))
-    gate = await gate_on(nc)
+    gate = await gate_on(broker)
     await gate.follower.wait_for(lambda s: s.draining, within=5)
     started = time.monotonic()
     with pytest.raises(ApiError) as caught:
@@ -70,11 +71,11 @@ async def test_a_swap_that_outlasts_the_wait_is_503_with_retry_after(nc: Client)
     assert "swapping to manifest v2" in error.message
 
 
-async def test_an_aborted_swap_reopens_under_the_old_version(nc: Client) -> None:
+async def test_an_aborted_swap_reopens_under_the_old_version(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
     await publisher.publish(applied(1))
     await publisher.publish(DrainStarted(from_version=1, to_version=2, in_flight=0, timeout_s=30))
-    gate = await gate_on(nc)
+    gate = await gate_on(broker)
     await gate.follower.wait_for(lambda s: s.draining, within=5)
     waiting = asyncio.create_task(gate.admit())
     await publisher.publish(DrainCompleted(from_version=1, to_version=2, outcome="aborted", waited_ms=1))

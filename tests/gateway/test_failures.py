@@ -11,6 +11,7 @@ import pytest
 from harness import ADMIN_KEY, Stack, control, start_stack
 
 from api_gateway.settings import GatewaySettings
+from nrt.bus.broker import start_broker
 from nrt.bus.follow import EventFollower
 from nrt.events import RequestFailed
 from nrt.routing import serving_workers
@@ -77,9 +78,10 @@ async def test_a_model_unloaded_under_a_request_finishes_it_then_is_unavailable(
             if len(chunks) == 2:
                 await control(stack.nc, stack.worker.worker_id, action="unload", model_id="billing", reason="command")
         assert chunks[-1].choices[0].finish_reason == "length"  # the worker finished what it had started
-        follower = EventFollower(stack.nc)  # the unload is in the event log: the router sees it too
-        await follower.start()
+        follower = EventFollower(await start_broker(stack.nats_url, "nrt-test-follower"))
+        await follower.start()  # the unload is in the event log: the router sees it too
         await follower.wait_for(lambda s: not serving_workers(s, "billing"), within=5)
+        await follower.broker.stop()
         started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as caught:
             await stack.client().chat.completions.create(model="billing", messages=user("hi"))

@@ -1,8 +1,9 @@
 """Follow the event stream and fold it into a local ClusterState (the gateway's and router's view).
 
-An ordered, ephemeral JetStream consumer delivers the events from the start of the
-stream, in order; each is folded with the same pure ``evolve`` that cluster_state and
-``nrt replay`` use. The manifest in force is parsed from the last ``ManifestApplied``.
+An ordered, ephemeral JetStream consumer — a FastStream subscriber on the service's
+broker, typed by the events' tagged union and decoded by the events' own codec —
+delivers the events from the start of the stream, in order; each is folded with the
+same pure ``evolve`` that cluster_state and ``nrt replay`` use. The manifest in force is parsed from the last ``ManifestApplied``.
 A follower may take only some event types (the gateway and router_svc follow the
 control plane): the server filters, so the others never reach the process.
 """
@@ -12,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
+from faststream.message import StreamMessage
+from faststream.nats import JStream, NatsBroker
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.client import JetStreamContext
 
 from nrt.bus import subjects
-from nrt.events import AnyEvent, Event, EventDecodeError, decode
+from nrt.events import AnyEvent, Event, decode
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.state import ClusterState, evolve
 
@@ -28,49 +29,46 @@ log = logging.getLogger("nrt.bus.follow")
 Listener = Callable[[AnyEvent, ClusterState], None]
 
 
+async def decode_event(message: StreamMessage[Any], original: Any) -> AnyEvent:
+    """An event's bytes through the events' codec (EventDecodeError names what is wrong)."""
+    return decode(message.body)
+
+
 class EventFollower:
-    def __init__(self, nc: Client) -> None:
-        self.nc = nc
+    def __init__(self, broker: NatsBroker) -> None:
+        self.broker = broker
         self.state = ClusterState()
         self.sequence = 0  # the stream sequence of the last folded event
         self._manifest: Manifest | None = None
         self._manifest_digest: str | None = None
         self._changed = asyncio.Condition()
         self._listeners: list[Listener] = []
-        self._sub: object | None = None
 
-    async def start(
-        self,
-        js: JetStreamContext | None = None,
-        *,
-        types: Sequence[type[Event]] = (),
-        latest_only: bool = False,
-    ) -> None:
+    async def start(self, *, types: Sequence[type[Event]] = (), latest_only: bool = False) -> None:
         """Start following every event, or only those of ``types``; ``latest_only`` starts from
         the last event of each type instead of the beginning of the stream."""
-        js = js or self.nc.jetstream()
         config = ConsumerConfig(filter_subjects=[subjects.event(t.__name__) for t in types]) if types else None
-        self._sub = await js.subscribe(
+        subscriber = self.broker.subscriber(
             subjects.EVENTS_ALL,
-            stream=subjects.EVENTS_STREAM,
+            stream=JStream(subjects.EVENTS_STREAM, declare=False),
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT if latest_only else DeliverPolicy.ALL,
-            cb=self._on_message,
             config=config,
+            decoder=decode_event,
+            no_reply=True,  # the reply subject of a JetStream message is its ack subject, not a caller
+            title="follow the event stream",
         )
+        subscriber(self.fold)
+        await subscriber.start()
 
     def listen(self, listener: Listener) -> None:
         """Call ``listener(event, state_after)`` for every event folded from now on."""
         self._listeners.append(listener)
 
-    async def _on_message(self, msg: Msg) -> None:
-        try:
-            event = decode(msg.data)
-        except EventDecodeError as exc:
-            log.error("skipping an undecodable event at sequence %s: %s", msg.metadata.sequence.stream, exc)
-            return
+    async def fold(self, event: AnyEvent) -> None:
+        """Fold the next event of the stream (an undecodable one is logged and skipped by the broker)."""
         self.state = evolve(self.state, event)
-        self.sequence = msg.metadata.sequence.stream
+        self.sequence = self.broker.context.get("message").raw_message.metadata.sequence.stream
         for listener in self._listeners:
             listener(event, self.state)
         async with self._changed:
