@@ -1,5 +1,8 @@
 """The messages services exchange over NATS (besides events). One name per concept.
 
+A light module: it imports msgspec only, so the gateway, the policies and the fold load no
+inference engine. ``nrt.inference`` takes its chat message, usage and timings from here.
+
 Subjects are in ``nrt.bus.subjects``. Request/reply and streaming helpers, with explicit
 error frames, are in ``nrt.bus.rpc``.
 
@@ -20,10 +23,36 @@ from typing import Literal
 
 import msgspec
 
-from nrt.inference.structs import FinishReason, Timings, Usage
-from nrt.inference.templates import ChatMessage
+# -- the pieces of a conversation and of an answer (the engine in nrt.inference uses them too) --
 
-__all__ = ["ChatMessage"]  # re-exported: the one chat message type, on the wire and in templates
+Role = Literal["system", "user", "assistant"]
+
+FinishReason = Literal["stop", "length"]
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    """One turn of a conversation: on the wire, and what a prompt template renders."""
+
+    role: Role
+    content: str
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int  # prompt tokens served from the session's KV cache, not prefilled
+
+
+class Timings(msgspec.Struct, frozen=True, kw_only=True):
+    queue_ms: float  # submitted -> prefill started
+    prefill_ms: float  # the prefill ONNX runs
+    ttft_ms: float  # submitted -> first token chosen
+    decode_ms: float  # first token -> last token
+    decode_tokens_per_s: float  # (completion_tokens - 1) / decode time
+    total_ms: float
+    prefilled_tokens: int  # prompt tokens actually run through the model
+    batch_size_max: int  # the largest batch this request decoded in
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
