@@ -23,11 +23,12 @@ from typing import Literal
 
 import msgspec
 
+from nrt.vocabulary import ApplyOutcome, Reason, Tier
+from nrt.vocabulary import FinishReason as FinishReason  # the engine's and the wire's one type
+
 # -- the pieces of a conversation and of an answer (the engine in nrt.inference uses them too) --
 
 Role = Literal["system", "user", "assistant"]
-
-FinishReason = Literal["stop", "length"]
 
 
 class ChatMessage(msgspec.Struct, frozen=True):
@@ -168,9 +169,9 @@ ControlAction = Literal["load", "promote", "demote", "unload", "evict_session"]
 class ControlCommand(msgspec.Struct, frozen=True, kw_only=True):
     action: ControlAction
     model_id: str
-    reason: str  # recorded on the resulting TierChanged / SessionKvEvicted event
+    reason: Reason  # recorded on the resulting TierChanged / SessionKvEvicted event
     source: str | None = None  # load: the manifest source (catalogue://…, a path, an endpoint)
-    tier: str | None = None  # load: the tier to reach (resident | standby | remote)
+    tier: Tier | None = None  # load: the tier to reach (resident | standby | remote)
     session_id: str | None = None  # evict_session
     manifest_version: int = 0
 
@@ -178,7 +179,7 @@ class ControlCommand(msgspec.Struct, frozen=True, kw_only=True):
 class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     model_id: str
-    tier: str  # the model's tier on the worker after the command
+    tier: Tier  # the model's tier on the worker after the command
     bytes_held: int
     elapsed_ms: float
     changed: bool  # False when the model already was where the command asked
@@ -189,7 +190,7 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
 
 class HostedModel(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
-    tier: str
+    tier: Tier
     bytes_held: int
     active_requests: int = 0
     sessions: int = 0
@@ -219,7 +220,7 @@ class ApplyManifest(msgspec.Struct, frozen=True, kw_only=True):
 class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):
     from_version: int
     to_version: int
-    outcome: str  # "applied" | "unchanged"
+    outcome: ApplyOutcome
     drained_ms: float
     warmed: tuple[str, ...] = ()  # models loaded and warmed before the cut-over
     abandoned: int = 0  # in-flight requests still running when the drain timed out
@@ -241,7 +242,7 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     model_id: str
-    reason: str = "on_demand"
+    reason: Reason = Reason.ON_DEMAND
     request_id: str | None = None
     worker_id: str | None = None  # promote it on this worker (a request waits there), if it is placed there
     manifest_version: int = 0  # the version the waiting request was admitted under: decide under it (or later)
@@ -250,6 +251,6 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
 class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
-    tier: str  # the model's tier after the promotion ("resident", or "remote" for a remote model)
+    tier: Tier  # the model's tier after the promotion (resident, or remote for a remote model)
     demoted: tuple[str, ...] = ()  # models demoted to make room
     elapsed_ms: float

@@ -23,6 +23,7 @@ from nrt.events import DrainCompleted, DrainStarted, ManifestApplied
 from nrt.manifest import Manifest, ManifestError
 from nrt.policies import SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
 from nrt.protocol import ApplyManifest, ApplyResult
+from nrt.vocabulary import ApplyOutcome, DrainOutcome
 
 log = logging.getLogger("nrt.cluster_state.swap")
 
@@ -61,7 +62,9 @@ class Swapper:
                 f"the manifest has {len(problems)} problem(s): " + "; ".join(problems), code="invalid_manifest"
             ) from None
         if c.cluster.manifest_text is not None and new.digest == c.cluster.manifest_digest:
-            return ApplyResult(from_version=from_version, to_version=from_version, outcome="unchanged", drained_ms=0.0)
+            return ApplyResult(
+                from_version=from_version, to_version=from_version, outcome=ApplyOutcome.UNCHANGED, drained_ms=0.0
+            )
         plan = plan_swap(c.state, c.manifest, new, utc_now())
         if isinstance(plan, SwapRejected):
             raise RemoteError("manifest_does_not_fit", plan.message, 422)
@@ -81,7 +84,11 @@ class Swapper:
         if from_version == 0:
             await self._publish_applied(new, plan.to_version)
             return ApplyResult(
-                from_version=0, to_version=plan.to_version, outcome="applied", drained_ms=0.0, warmed=plan.warmed
+                from_version=0,
+                to_version=plan.to_version,
+                outcome=ApplyOutcome.APPLIED,
+                drained_ms=0.0,
+                warmed=plan.warmed,
             )
         waited_ms, outcome, abandoned = await self._drain(plan, new)
         try:
@@ -91,7 +98,7 @@ class Swapper:
                 DrainCompleted(
                     from_version=plan.from_version,
                     to_version=plan.to_version,
-                    outcome="aborted",
+                    outcome=DrainOutcome.ABORTED,
                     waited_ms=waited_ms,
                     abandoned=abandoned,
                 )
@@ -123,7 +130,7 @@ class Swapper:
         return ApplyResult(
             from_version=plan.from_version,
             to_version=plan.to_version,
-            outcome="applied",
+            outcome=ApplyOutcome.APPLIED,
             drained_ms=waited_ms,
             warmed=plan.warmed,
             abandoned=abandoned,
@@ -147,7 +154,7 @@ class Swapper:
             status,
         )
 
-    async def _drain(self, plan: SwapPlan, new: Manifest) -> tuple[float, str, int]:
+    async def _drain(self, plan: SwapPlan, new: Manifest) -> tuple[float, DrainOutcome, int]:
         """Stop admissions, wait for the old version's requests; (waited ms, outcome, abandoned)."""
         c = self.controller
         timeout = new.drain.timeout
@@ -167,9 +174,9 @@ class Swapper:
         left = max(0.0, timeout - (time.perf_counter() - started))
         try:
             await c.wait_for(lambda s: s.in_flight_under(plan.from_version) == 0, within=left)
-            outcome = "drained"
+            outcome = DrainOutcome.DRAINED
         except TimeoutError:
-            outcome = "timed_out"
+            outcome = DrainOutcome.TIMED_OUT
         waited_ms = (time.perf_counter() - started) * 1e3
         return waited_ms, outcome, c.cluster.in_flight_under(plan.from_version)
 

@@ -51,6 +51,7 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
+from nrt.vocabulary import Reason, Tier
 from specialist_worker import classify, remote
 from specialist_worker.classify import LabelScores
 from specialist_worker.hosting import ModelHost, Transition
@@ -110,7 +111,7 @@ class Worker:
             await sub.unsubscribe()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        await self.events.publish(WorkerLost(worker_id=self.worker_id, reason="shutdown"))
+        await self.events.publish(WorkerLost(worker_id=self.worker_id, reason=Reason.SHUTDOWN))
         await asyncio.to_thread(self.host.close)
 
     async def heartbeat(self) -> None:
@@ -145,10 +146,10 @@ class Worker:
         except Exception:
             log.exception("could not publish %s", event.type)
 
-    def _tier_event(self, t: Transition, reason: str, cold_start: bool = False) -> None:
+    def _tier_event(self, t: Transition, reason: Reason, cold_start: bool = False) -> None:
         """Publish a measured tier change; no event for a step that changed nothing, except a
         failed load (unloaded -> unloaded), which withdraws the placement the log announced."""
-        if t.changed or reason == "load_failed":
+        if t.changed or reason == Reason.LOAD_FAILED:
             self.emit(
                 TierChanged(
                     model_id=t.model_id,
@@ -176,7 +177,7 @@ class Worker:
         except KeyError:
             return None
 
-    async def load(self, model_id: str, source: str, tier: str, reason: str) -> list[Transition]:
+    async def load(self, model_id: str, source: str, tier: Tier, reason: Reason) -> list[Transition]:
         async with self._lock(model_id):
             spec = self.spec(model_id)
             started = time.perf_counter()
@@ -186,7 +187,9 @@ class Worker:
             except Exception:
                 if model_id not in self.host.hosted:  # the placement did not happen: say so in the log
                     elapsed_ms = (time.perf_counter() - started) * 1e3
-                    self._tier_event(Transition(model_id, "unloaded", "unloaded", elapsed_ms, 0), "load_failed")
+                    self._tier_event(
+                        Transition(model_id, Tier.UNLOADED, Tier.UNLOADED, elapsed_ms, 0), Reason.LOAD_FAILED
+                    )
                 raise
             # Subscribed before any tier is announced: once the log says a worker holds the
             # model, a request for it reaches one (it waits on this lock while we promote).
@@ -208,7 +211,7 @@ class Worker:
             )
 
     async def ensure_resident(
-        self, model_id: str, reason: str, cold_start: bool, manifest_version: int = 0
+        self, model_id: str, reason: Reason, cold_start: bool, manifest_version: int = 0
     ) -> float | None:
         """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready.
 
@@ -228,7 +231,7 @@ class Worker:
                 return (time.perf_counter() - started) * 1e3
         return await self._promote_here(model_id, reason, cold_start)
 
-    async def _promote_here(self, model_id: str, reason: str, cold_start: bool) -> float | None:
+    async def _promote_here(self, model_id: str, reason: Reason, cold_start: bool) -> float | None:
         """standby -> resident on this worker, measured and recorded; None if it was not standby."""
         async with self._lock(model_id):
             if self.host.tier(model_id) != "standby":
@@ -239,7 +242,7 @@ class Worker:
 
     async def _promote_within_budget(self, model_id: str, manifest_version: int) -> None:
         ask = PromoteModel(
-            model_id=model_id, reason="on_demand", worker_id=self.worker_id, manifest_version=manifest_version
+            model_id=model_id, reason=Reason.ON_DEMAND, worker_id=self.worker_id, manifest_version=manifest_version
         )
         try:
             await rpc.request(self.nc, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
@@ -284,7 +287,7 @@ class Worker:
             changed=after != before or command.action == "evict_session",
         )
 
-    def evict_session(self, model_id: str, session_id: str, reason: str) -> int:
+    def evict_session(self, model_id: str, session_id: str, reason: Reason) -> int:
         hosted = self.host.get(model_id)
         freed = 0
         if self.host.tier(model_id) == "resident":
@@ -320,7 +323,7 @@ class Worker:
         if isinstance(hosted.target, RemoteEndpoint):
             await self._generate_remote(request, hosted.target, inbox)
             return
-        cold_ms = await self.ensure_resident(model_id, "on_demand", True, request.manifest_version)
+        cold_ms = await self.ensure_resident(model_id, Reason.ON_DEMAND, True, request.manifest_version)
         runtime = self.host.runtime(model_id)
         if not isinstance(runtime, BatchingGenerator):
             raise BadRequest(f"model '{model_id}' is an encoder; it can embed or classify, not generate")
@@ -393,7 +396,7 @@ class Worker:
     async def classify(self, request: ClassifyRequest) -> ClassifyReply:
         if not request.labels:
             raise BadRequest("classify needs at least one label")
-        await self.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        await self.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
         if isinstance(runtime, Encoder):
@@ -419,7 +422,7 @@ class Worker:
         return classify.classify_encoder(encoder, centroids, request.labels, request.text)
 
     async def embed(self, request: EmbedRequest) -> EmbedReply:
-        await self.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        await self.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         if not isinstance(runtime, Encoder):
             raise BadRequest(f"model '{request.model_id}' is not an encoder; it cannot embed")

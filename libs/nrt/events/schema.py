@@ -14,6 +14,8 @@ from typing import ClassVar
 
 import msgspec
 
+from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier
+
 
 def new_event_id() -> str:
     return str(uuid.uuid4())
@@ -67,7 +69,7 @@ class DrainStarted(Event, frozen=True, kw_only=True):
 class DrainCompleted(Event, frozen=True, kw_only=True):
     from_version: int
     to_version: int
-    outcome: str  # "drained" | "timed_out" | "aborted"
+    outcome: DrainOutcome
     waited_ms: float
     abandoned: int = 0  # in-flight requests still running at cut-over (timed out)
 
@@ -94,7 +96,7 @@ class WorkerJoined(Event, frozen=True, kw_only=True):
 
 class WorkerLost(Event, frozen=True, kw_only=True):
     worker_id: str
-    reason: str  # "heartbeat_timeout" | "shutdown"
+    reason: Reason  # heartbeat_timeout | shutdown
 
     @property
     def stream_id(self) -> str:
@@ -105,7 +107,7 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
     artifact: str  # the resolved source (catalogue name, path or endpoint)
-    tier: str  # the tier placement asks for
+    tier: Tier  # the tier placement asks for
     manifest_version: int
 
     @property
@@ -116,10 +118,9 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
 class TierChanged(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
-    from_tier: str
-    to_tier: str
-    reason: str  # "placement" | "co_activation" | "on_demand" | "budget_pressure" | "manifest_swap" | "command"
-    # | "load_failed" (unloaded -> unloaded: a placed model could not be loaded; the placement is withdrawn)
+    from_tier: Tier
+    to_tier: Tier
+    reason: Reason  # load_failed: unloaded -> unloaded, a placed model could not be loaded (the placement is withdrawn)
     elapsed_ms: float
     bytes_held: int  # bytes the model holds on the worker after the change
     cold_start: bool = False  # promoted on demand by a request that waited for it
@@ -160,7 +161,7 @@ class SessionKvEvicted(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
     bytes_freed: int
-    reason: str  # "idle" | "budget_pressure" | "command" | "model_unloaded"
+    reason: Reason  # idle | budget_pressure | command | model_unloaded
 
     @property
     def stream_id(self) -> str:
@@ -169,7 +170,7 @@ class SessionKvEvicted(Event, frozen=True, kw_only=True):
 
 class SessionClosed(Event, frozen=True, kw_only=True):
     session_id: str
-    reason: str = "closed"
+    reason: Reason = Reason.CLOSED
 
     @property
     def stream_id(self) -> str:
@@ -225,7 +226,7 @@ class RequestCompleted(Event, frozen=True, kw_only=True):
     completion_tokens: int
     latency_ms: float
     ttft_ms: float | None = None
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = "stop"
 
     @property
     def stream_id(self) -> str:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from nrt.events import WorkerJoined, WorkerLost
 from nrt.policies.model import Command, ControlState, Emit
+from nrt.vocabulary import Reason
 
 
 def worker_key(worker_id: str) -> str:
@@ -25,7 +26,7 @@ def check(state: ControlState, now: datetime) -> list[Command]:
     live = set(state.live_workers(now))
     for worker_id, worker in sorted(state.cluster.workers.items()):
         if worker.alive and worker_id not in live and worker_key(worker_id) not in state.pending:
-            lost = WorkerLost(worker_id=worker_id, reason="heartbeat_timeout")
+            lost = WorkerLost(worker_id=worker_id, reason=Reason.HEARTBEAT_TIMEOUT)
             commands.append(Emit(lost, group=worker_key(worker_id)))
     for worker_id, seen in sorted(state.seen.items()):
         known = state.cluster.workers.get(worker_id)
