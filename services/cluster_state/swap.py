@@ -65,7 +65,8 @@ class Swapper:
             return ApplyResult(
                 from_version=from_version, to_version=from_version, outcome=ApplyOutcome.UNCHANGED, drained_ms=0.0
             )
-        plan = plan_swap(c.state, c.manifest, new, utc_now())
+        now = utc_now()
+        plan = plan_swap(c.state, c.manifest, new, now, f"swap:v{from_version}:{new.digest}@{now.isoformat()}")
         if isinstance(plan, SwapRejected):
             raise RemoteError("manifest_does_not_fit", plan.message, 422)
         self._target = plan.to_version

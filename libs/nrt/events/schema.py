@@ -16,9 +16,24 @@ import msgspec
 
 from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier
 
+# Derived event ids are name-based UUIDs in this namespace (the store's event_id column is a UUID).
+DERIVED_IDS = uuid.UUID("9b7e4c52-1d0a-5c3e-8f61-6e7274000002")
+
 
 def new_event_id() -> str:
+    """A fresh random id: for facts a service observes (a worker's tier change, a request)."""
     return str(uuid.uuid4())
+
+
+def derived_event_id(cause: str, *facts: str) -> str:
+    """The id of an event decided because of ``cause``: the same cause and facts, the same id.
+
+    A policy derives the ids of the events it builds from what triggered it (the triggering
+    event's id, or a tick's time) and the facts that tell them apart (the event type, the
+    model, the worker), so the same log and the same clock give the same events; a decision
+    made twice is one event, since the stream and the store drop a repeated id.
+    """
+    return str(uuid.uuid5(DERIVED_IDS, "\x1f".join((cause, *facts))))
 
 
 def utc_now() -> datetime:

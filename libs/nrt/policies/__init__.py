@@ -1,7 +1,9 @@
 """The policies: pure functions from (state, manifest, trigger, now) to commands.
 
 No I/O and no clock: the cluster_state service feeds them the folded state, the
-manifest in force and the time, and executes the commands they return.
+manifest in force and the time, and executes the commands they return. The events they
+build are stamped with that time and carry ids derived from the trigger (``cause_of``),
+so the same log, triggers and times always give the same commands.
 """
 
 from nrt.policies.bookkeeping import absorb, note_reply, note_sent, saw_heartbeat, settle
@@ -22,6 +24,7 @@ from nrt.policies.model import (
     Trigger,
     Tuning,
     WorkerSeen,
+    cause_of,
 )
 from nrt.policies.placement import budget_problems, check_fit, reconcile
 from nrt.policies.sessions import sweep
@@ -46,6 +49,7 @@ __all__ = [
     "absorb",
     "after_cutover",
     "budget_problems",
+    "cause_of",
     "check_fit",
     "check_liveness",
     "co_activate",

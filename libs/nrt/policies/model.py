@@ -127,6 +127,16 @@ class PromoteWanted(msgspec.Struct, frozen=True, kw_only=True):
 Trigger = AnyEvent | Tick | Sweep | PromoteWanted
 
 
+def cause_of(trigger: Trigger, now: datetime) -> str:
+    """What the events a decision builds derive their ids from: the triggering event's id, or
+    (for a trigger that is not an event) the trigger and the time it came at."""
+    if isinstance(trigger, Event):
+        return trigger.event_id
+    if isinstance(trigger, PromoteWanted):
+        return f"PromoteWanted:{trigger.model_id}@{now.isoformat()}"
+    return f"{type(trigger).__name__}@{now.isoformat()}"
+
+
 # -- commands -------------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from nrt.events import ModelPlaced
+from nrt.events import ModelPlaced, derived_event_id
 from nrt.manifest import Manifest, ModelSpec, Priority, Tier
 from nrt.policies.budget import (
     Holding,
@@ -70,11 +70,20 @@ def choose(
     return None, "; ".join(reasons) if reasons else "no live worker"
 
 
-def place(spec: ModelSpec, worker_id: str, version: int, reason: Reason, group: str) -> list[Command]:
-    """Record the placement, then tell the worker to load the model at its declared tier."""
+def place(
+    spec: ModelSpec, worker_id: str, version: int, reason: Reason, group: str, *, cause: str, now: datetime
+) -> list[Command]:
+    """Record the placement (stamped ``now``, its id derived from ``cause``), then tell the worker
+    to load the model at its declared tier."""
     tier = spec.tier
     placed = ModelPlaced(
-        model_id=spec.id, worker_id=worker_id, artifact=spec.source, tier=tier, manifest_version=version
+        event_id=derived_event_id(cause, "ModelPlaced", spec.id, worker_id),
+        occurred_at=now,
+        model_id=spec.id,
+        worker_id=worker_id,
+        artifact=spec.source,
+        tier=tier,
+        manifest_version=version,
     )
     load = ControlCommand(
         action="load", model_id=spec.id, reason=reason, source=spec.source, tier=tier, manifest_version=version
@@ -110,7 +119,7 @@ def where(state: ControlState, model_id: str) -> str | None:
     return best[1] if best is not None else None
 
 
-def reconcile(state: ControlState, manifest: Manifest, now: datetime) -> list[Command]:
+def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str) -> list[Command]:
     """Place every manifest model that no alive worker holds (first start, a new worker, a lost one)."""
     live = state.live_workers(now)
     if not live:
@@ -131,7 +140,8 @@ def reconcile(state: ControlState, manifest: Manifest, now: datetime) -> list[Co
             commands.append(Refuse(spec.id, reason, code="unplaceable"))
             continue
         held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
-        commands.extend(place(spec, worker_id, state.cluster.manifest_version, Reason.PLACEMENT, f"place:{spec.id}"))
+        version = state.cluster.manifest_version
+        commands.extend(place(spec, worker_id, version, Reason.PLACEMENT, f"place:{spec.id}", cause=cause, now=now))
     return commands
 
 

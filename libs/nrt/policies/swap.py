@@ -1,8 +1,6 @@
-"""The pure half of a drained manifest swap: what changes, what to warm first, what to do after.
+"""The plan of a drained manifest swap: what changes, what to warm first, what to undo, what to do after.
 
-The shell runs it: validate, ``plan_swap``, execute ``warm`` while the old manifest
-serves, ``DrainStarted``, wait for the old version's in-flight requests (or the drain
-timeout), ``ManifestApplied`` n+1, ``DrainCompleted``, then ``after_cutover``.
+``nrt.policies.swap_machine`` runs a swap through its phases on this plan.
 """
 
 from __future__ import annotations
@@ -17,6 +15,12 @@ from nrt.policies.model import Command, Control, ControlState
 from nrt.policies.placement import check_fit, choose, order, place
 from nrt.protocol import ControlCommand
 from nrt.vocabulary import Reason
+
+WARM_PREFIX = "warm:"  # the group of one added model's placement and load
+
+
+def warm_group(model_id: str) -> str:
+    return WARM_PREFIX + model_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +48,11 @@ class SwapRejected:
         return "the new manifest does not fit: " + "; ".join(self.problems)
 
 
-def plan_swap(state: ControlState, old: Manifest | None, new: Manifest, now: datetime) -> SwapPlan | SwapRejected:
+def plan_swap(
+    state: ControlState, old: Manifest | None, new: Manifest, now: datetime, cause: str
+) -> SwapPlan | SwapRejected:
+    """What replacing ``old`` with ``new`` changes, or why ``new`` does not fit; the placements of
+    the warm-up are stamped ``now`` with ids derived from ``cause``."""
     old_specs = {s.id: s for s in old.models} if old is not None else {}
     new_specs = {s.id: s for s in new.models}
     added = tuple(i for i in new_specs if i not in old_specs)
@@ -70,7 +78,7 @@ def plan_swap(state: ControlState, old: Manifest | None, new: Manifest, now: dat
             deferred.append(spec.id)
             continue
         held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
-        warm.extend(place(spec, worker_id, to_version, Reason.MANIFEST_SWAP, f"warm:{spec.id}"))
+        warm.extend(place(spec, worker_id, to_version, Reason.MANIFEST_SWAP, warm_group(spec.id), cause=cause, now=now))
     return SwapPlan(
         from_version=state.cluster.manifest_version,
         to_version=to_version,
