@@ -74,7 +74,7 @@ class ClusterStateService:
         self.store = EventStore.connect(database_url)
         self.publisher = EventPublisher(nc)
         self.controller = Controller(nc, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning()))
-        self.swapper = Swapper(self.controller, self.publisher)
+        self.swapper = Swapper(self.controller)
         self.recorder = Recorder(nc, self.store, self.controller.on_recorded)
         self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._subs: list[Subscription] = []

@@ -11,22 +11,25 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from cluster_helpers import GB, T0, applied, at, beat, manifest
+from cluster_helpers import GB, T0, applied, at, beat, manifest, manifest_text, view
 
 import nrt.policies
 import nrt.state
 from nrt.events import EVENT_TYPES, Event, ManifestApplied, ModelPlaced, WorkerJoined, derived_event_id
-from nrt.manifest import Manifest
+from nrt.manifest import Manifest, parse_manifest
 from nrt.policies import (
     Command,
     ControlState,
     Emit,
+    GroupRan,
     Tick,
     Trigger,
     absorb,
+    advance_swap,
     decide,
     note_sent,
     saw_heartbeat,
+    start_swap,
 )
 
 
@@ -114,6 +117,26 @@ def test_event_ids_derive_from_the_triggering_event() -> None:
     assert {c.event.event_id for c in other if isinstance(c, Emit)}.isdisjoint(
         {c.event.event_id for c in placed if isinstance(c, Emit)}
     )
+
+
+def test_a_swap_replayed_with_the_same_log_and_clock_builds_the_same_events() -> None:
+    old = manifest()
+    new = parse_manifest(
+        manifest_text(extra="    - id: contracts\n      source: /c\n      footprint: 1GB\n      tier: standby\n"), "v2"
+    )
+
+    def run() -> list[Command]:
+        state = view([applied(old), *the_log(old)[1:]], heartbeats=["w1", "w2"])
+        step = start_swap(state, old, new, T0)
+        commands = list(step.commands)
+        published = tuple(c.event.event_id for c in commands if isinstance(c, Emit))
+        step = advance_swap(step.swap, state, GroupRan("warm:contracts", True, published), at(1))
+        commands += step.commands
+        return commands
+
+    first, second = run(), run()
+    assert first == second
+    assert [c.event.type for c in first if isinstance(c, Emit)] == ["ModelPlaced", "DrainStarted"]
 
 
 def test_no_policy_or_fold_reads_a_clock_or_draws_an_id() -> None:
