@@ -39,6 +39,7 @@ from nrt.inference.causal import CausalLM
 from nrt.infra import nats_server
 from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.settings import models_dir
+from nrt.vocabulary import Reason, Tier
 
 PROMPT = "The history of the city of Paris begins"
 ROUNDS = 5
@@ -154,7 +155,9 @@ async def main(model: str, n: int) -> None:
             await rpc.request(
                 nc,
                 subjects.control("bench"),
-                ControlCommand(action="load", model_id="m", source=str(path), tier="resident", reason="bench"),
+                ControlCommand(
+                    action="load", model_id="m", source=str(path), tier=Tier.RESIDENT, reason=Reason.COMMAND
+                ),
                 ControlReply,
                 timeout=600,
             )

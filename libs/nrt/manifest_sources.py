@@ -1,17 +1,23 @@
-"""What the manifest needs from the model catalogue: footprints and source warnings."""
+"""What the manifest needs from the model catalogue: footprints and source warnings.
+
+The catalogue brings its builders and ONNX Runtime with it, so it is imported on the first
+lookup, not with this module: the gateway and cluster_state import this module and stay light
+until a manifest actually needs a footprint.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nrt.catalogue import CatalogueSource, LocalSource, SourceError, find_prepared, get_entry, resolve_source
-from nrt.inference.artifact import MODEL_FILE
 from nrt.manifest import Manifest
 
 
 def footprint_of(source: str) -> int | None:
     """Bytes a model from ``source`` needs: the prepared artifact's size, else the catalogue's
     estimate, else the ONNX file of a local directory; None when unknown (remote, unresolvable)."""
+    from nrt.catalogue import CatalogueSource, LocalSource, SourceError, find_prepared, get_entry, resolve_source
+    from nrt.inference.artifact import MODEL_FILE
+
     try:
         resolved = resolve_source(source)
     except SourceError:
@@ -27,6 +33,8 @@ def footprint_of(source: str) -> int | None:
 
 def source_warnings(manifest: Manifest) -> list[str]:
     """One line per model whose source cannot be served offline, saying how to fix it."""
+    from nrt.catalogue import SourceError, resolve_source
+
     warnings = []
     for spec in manifest.models:
         try:

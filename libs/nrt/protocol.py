@@ -1,5 +1,8 @@
 """The messages services exchange over NATS (besides events). One name per concept.
 
+A light module: it imports msgspec only, so the gateway, the policies and the fold load no
+inference engine. ``nrt.inference`` takes its chat message, usage and timings from here.
+
 Subjects are in ``nrt.bus.subjects``. Request/reply and streaming helpers, with explicit
 error frames, are in ``nrt.bus.rpc``.
 
@@ -20,10 +23,37 @@ from typing import Literal
 
 import msgspec
 
-from nrt.inference.structs import FinishReason, Timings, Usage
-from nrt.inference.templates import ChatMessage
+from nrt.vocabulary import ApplyOutcome, Reason, Tier
+from nrt.vocabulary import FinishReason as FinishReason  # the engine's and the wire's one type
 
-__all__ = ["ChatMessage"]  # re-exported: the one chat message type, on the wire and in templates
+# -- the pieces of a conversation and of an answer (the engine in nrt.inference uses them too) --
+
+Role = Literal["system", "user", "assistant"]
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    """One turn of a conversation: on the wire, and what a prompt template renders."""
+
+    role: Role
+    content: str
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int  # prompt tokens served from the session's KV cache, not prefilled
+
+
+class Timings(msgspec.Struct, frozen=True, kw_only=True):
+    queue_ms: float  # submitted -> prefill started
+    prefill_ms: float  # the prefill ONNX runs
+    ttft_ms: float  # submitted -> first token chosen
+    decode_ms: float  # first token -> last token
+    decode_tokens_per_s: float  # (completion_tokens - 1) / decode time
+    total_ms: float
+    prefilled_tokens: int  # prompt tokens actually run through the model
+    batch_size_max: int  # the largest batch this request decoded in
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,9 +169,9 @@ ControlAction = Literal["load", "promote", "demote", "unload", "evict_session"]
 class ControlCommand(msgspec.Struct, frozen=True, kw_only=True):
     action: ControlAction
     model_id: str
-    reason: str  # recorded on the resulting TierChanged / SessionKvEvicted event
+    reason: Reason  # recorded on the resulting TierChanged / SessionKvEvicted event
     source: str | None = None  # load: the manifest source (catalogue://…, a path, an endpoint)
-    tier: str | None = None  # load: the tier to reach (resident | standby | remote)
+    tier: Tier | None = None  # load: the tier to reach (resident | standby | remote)
     session_id: str | None = None  # evict_session
     manifest_version: int = 0
 
@@ -149,7 +179,7 @@ class ControlCommand(msgspec.Struct, frozen=True, kw_only=True):
 class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     model_id: str
-    tier: str  # the model's tier on the worker after the command
+    tier: Tier  # the model's tier on the worker after the command
     bytes_held: int
     elapsed_ms: float
     changed: bool  # False when the model already was where the command asked
@@ -160,7 +190,7 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
 
 class HostedModel(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
-    tier: str
+    tier: Tier
     bytes_held: int
     active_requests: int = 0
     sessions: int = 0
@@ -190,7 +220,7 @@ class ApplyManifest(msgspec.Struct, frozen=True, kw_only=True):
 class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):
     from_version: int
     to_version: int
-    outcome: str  # "applied" | "unchanged"
+    outcome: ApplyOutcome
     drained_ms: float
     warmed: tuple[str, ...] = ()  # models loaded and warmed before the cut-over
     abandoned: int = 0  # in-flight requests still running when the drain timed out
@@ -212,7 +242,7 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     model_id: str
-    reason: str = "on_demand"
+    reason: Reason = Reason.ON_DEMAND
     request_id: str | None = None
     worker_id: str | None = None  # promote it on this worker (a request waits there), if it is placed there
     manifest_version: int = 0  # the version the waiting request was admitted under: decide under it (or later)
@@ -221,6 +251,6 @@ class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):
 class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
-    tier: str  # the model's tier after the promotion ("resident", or "remote" for a remote model)
+    tier: Tier  # the model's tier after the promotion (resident, or remote for a remote model)
     demoted: tuple[str, ...] = ()  # models demoted to make room
     elapsed_ms: float

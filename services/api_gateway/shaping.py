@@ -26,7 +26,7 @@ from api_gateway.openai_types import (
     ToolCallDelta,
     Usage,
 )
-from nrt.protocol import Dispatch, GenerateChunk
+from nrt.protocol import Dispatch, FinishReason, GenerateChunk
 
 TOOL_NAME = "dispatch_to_specialist"
 SSE_DONE = b"data: [DONE]\n\n"
@@ -161,7 +161,7 @@ class Transcript:
             ttft_ms=_ms(self.first_token_at - self.started) if self.first_token_at is not None else None,
         )
 
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> FinishReason:
         return (self.last.finish_reason if self.last is not None else None) or "stop"
 
     # -- one JSON response ----------------------------------------------------------------

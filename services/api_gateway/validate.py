@@ -9,9 +9,8 @@ import msgspec
 
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest, MessageIn
-from nrt.inference.templates import Role
 from nrt.manifest import Manifest
-from nrt.protocol import ChatMessage, SamplingParams
+from nrt.protocol import ChatMessage, Role, SamplingParams
 from nrt.routing import ModelCall, resolve_model
 
 SESSION_HEADER = "x-nrt-session"

@@ -76,7 +76,7 @@ class ClusterStateService:
         self.controller = Controller(
             broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning())
         )
-        self.swapper = Swapper(self.controller, self.publisher)
+        self.swapper = Swapper(self.controller)
         self.recorder = Recorder(nc, self.store, self.controller.on_recorded)
         self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._subs: list[LogicSubscriber[Any]] = []

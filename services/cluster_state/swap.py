@@ -1,42 +1,48 @@
-"""The drained manifest swap, served on ``nrt.manifest.apply``.
+"""The drained manifest swap, served on ``nrt.manifest.apply``: the shell of ``nrt.policies.swap_machine``.
 
-ApplyManifest -> validate -> plan (reject what cannot fit) -> place, load and warm the
-added models while the old manifest serves -> ``DrainStarted`` -> wait for the requests
-admitted under the old version (or ``drain.timeout``) -> ``ManifestApplied`` n+1 ->
-``DrainCompleted`` -> unload dropped models, move re-tiered ones -> ``ApplyResult``.
-Every step is an event. A swap that fails before the cut-over undoes its warm-up and
-leaves the old manifest serving (``DrainCompleted`` ``aborted`` if the drain had begun).
+ApplyManifest -> parse (400 with every problem) -> ``start_swap`` -> run its commands, feed
+back how each group ran (``GroupRan``) and tick while waiting (``Tick``), until the swap is
+done (``ApplyResult``) or aborted (an error frame with its code, message and status). The
+machine decides every step: warm-up, drain, cut-over, clean-up, undo. One swap at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from cluster_state.controller import Controller, Outcome, parse_in_force, utc_now
 from nrt.bus.errors import BadRequest, RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import DrainCompleted, DrainStarted, ManifestApplied
-from nrt.manifest import Manifest, ManifestError
-from nrt.policies import SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
+from nrt.manifest import ManifestError
+from nrt.policies import GroupRan, Swap, SwapStep, SwapTrigger, Tick, advance_swap, start_swap
 from nrt.protocol import ApplyManifest, ApplyResult
 
 log = logging.getLogger("nrt.cluster_state.swap")
 
-ADMISSION_SETTLE_S = 0.2  # requests admitted just before the gateway saw DrainStarted get this long to be recorded
+TICK_S = 0.05  # how often a running swap looks at the log and the clock
 
 
 async def outcomes(tasks: Mapping[str, asyncio.Task[Outcome]]) -> list[Outcome]:
     return list(await asyncio.gather(*tasks.values())) if tasks else []
 
 
+def group_ran(outcome: Outcome) -> GroupRan:
+    """How a group of commands went, as the swap machine reads it."""
+    error = outcome.error
+    if error is not None:
+        message, status = error.message, error.status
+    elif outcome.refused is not None:
+        message, status = outcome.refused.reason, 503
+    else:
+        message, status = "", 503
+    published = tuple(e.event_id for e in outcome.published)
+    return GroupRan(outcome.group, outcome.ok, published, message, status)
+
+
 class Swapper:
-    def __init__(self, controller: Controller, publisher: EventPublisher) -> None:
+    def __init__(self, controller: Controller) -> None:
         self.controller = controller
-        self.publisher = publisher
         self._lock = asyncio.Lock()
         self._target: int | None = None
 
@@ -52,128 +58,59 @@ class Swapper:
 
     async def _apply(self, request: ApplyManifest) -> ApplyResult:
         c = self.controller
-        from_version = c.cluster.manifest_version
+        version = c.cluster.manifest_version + 1
         try:
-            new = parse_in_force(request.text, from_version + 1)
+            new = parse_in_force(request.text, version)
         except ManifestError as exc:
-            problems = [p.render(f"manifest v{from_version + 1}") for p in exc.problems]
+            problems = [p.render(f"manifest v{version}") for p in exc.problems]
             raise BadRequest(
                 f"the manifest has {len(problems)} problem(s): " + "; ".join(problems), code="invalid_manifest"
             ) from None
-        if c.cluster.manifest_text is not None and new.digest == c.cluster.manifest_digest:
-            return ApplyResult(from_version=from_version, to_version=from_version, outcome="unchanged", drained_ms=0.0)
-        plan = plan_swap(c.state, c.manifest, new, utc_now())
-        if isinstance(plan, SwapRejected):
-            raise RemoteError("manifest_does_not_fit", plan.message, 422)
-        self._target = plan.to_version
-        log.info(
-            "swap v%d -> v%d requested by %s: adds %s, drops %s, warms %s",
-            plan.from_version,
-            plan.to_version,
-            request.requested_by,
-            ", ".join(plan.added) or "nothing",
-            ", ".join(plan.removed) or "nothing",
-            ", ".join(plan.warmed) or "nothing",
-        )
-        started = time.perf_counter()
-        await self._warm(plan)
-        warmed_ms = (time.perf_counter() - started) * 1e3
-        if from_version == 0:
-            await self._publish_applied(new, plan.to_version)
-            return ApplyResult(
-                from_version=0, to_version=plan.to_version, outcome="applied", drained_ms=0.0, warmed=plan.warmed
+        step = start_swap(c.state, c.manifest, new, utc_now())
+        self._target = step.swap.to_version
+        if (plan := step.swap.plan) is not None:
+            log.info(
+                "swap v%d -> v%d requested by %s: adds %s, drops %s, warms %s",
+                plan.from_version,
+                plan.to_version,
+                request.requested_by,
+                ", ".join(plan.added) or "nothing",
+                ", ".join(plan.removed) or "nothing",
+                ", ".join(plan.warmed) or "nothing",
             )
-        waited_ms, outcome, abandoned = await self._drain(plan, new)
-        try:
-            await self._publish_applied(new, plan.to_version)
-        except Exception as exc:
-            await self.publisher.publish(
-                DrainCompleted(
-                    from_version=plan.from_version,
-                    to_version=plan.to_version,
-                    outcome="aborted",
-                    waited_ms=waited_ms,
-                    abandoned=abandoned,
-                )
+        swap = await self._run(step)
+        if swap.failure is not None:
+            log.warning("swap v%d -> v%d failed: %s", swap.from_version, swap.to_version, swap.failure.message)
+            raise RemoteError(swap.failure.code, swap.failure.message, swap.failure.status)
+        if swap.result is None:  # pragma: no cover - a finished swap has a result or a failure
+            raise RemoteError("swap_failed", "the swap ended without a result", 500)
+        if swap.plan is not None:
+            log.info(
+                "swap v%d -> v%d done: %s after %.0f ms (%d abandoned)",
+                swap.from_version,
+                swap.to_version,
+                swap.outcome or "applied",
+                swap.waited_ms,
+                swap.abandoned,
             )
-            await outcomes(c.execute(undo_warm(plan)))
-            raise RemoteError(
-                "swap_failed", f"the cut-over failed ({exc}); manifest v{plan.from_version} is still serving", 503
-            ) from exc
-        await self.publisher.publish(
-            DrainCompleted(
-                from_version=plan.from_version,
-                to_version=plan.to_version,
-                outcome=outcome,
-                waited_ms=waited_ms,
-                abandoned=abandoned,
-            )
-        )
-        await c.wait_for(lambda s: s.manifest_version >= plan.to_version, within=30)
-        await outcomes(c.execute(after_cutover(c.state, new, plan, utc_now())))
-        log.info(
-            "swap v%d -> v%d done: warmed in %.0f ms, %s after %.0f ms (%d abandoned)",
-            plan.from_version,
-            plan.to_version,
-            warmed_ms,
-            outcome,
-            waited_ms,
-            abandoned,
-        )
-        return ApplyResult(
-            from_version=plan.from_version,
-            to_version=plan.to_version,
-            outcome="applied",
-            drained_ms=waited_ms,
-            warmed=plan.warmed,
-            abandoned=abandoned,
-        )
+        return swap.result
 
-    async def _warm(self, plan: SwapPlan) -> None:
-        """Place and load the added models beside the old ones; undo everything if one fails."""
-        results = await outcomes(self.controller.execute(plan.warm))
-        failed = [o for o in results if not o.ok]
-        if not failed:
-            return
-        await outcomes(self.controller.execute(undo_warm(plan)))
-        first = failed[0]
-        error = first.error or RemoteError("swap_failed", "a warm-up command did not run", 503)
-        model = first.group.removeprefix("warm:")
-        status = error.status if 400 <= error.status < 500 else 503
-        raise RemoteError(
-            "swap_failed",
-            f"could not load {model} for manifest v{plan.to_version}: {error.message}; "
-            f"manifest v{plan.from_version} is still serving",
-            status,
-        )
-
-    async def _drain(self, plan: SwapPlan, new: Manifest) -> tuple[float, str, int]:
-        """Stop admissions, wait for the old version's requests; (waited ms, outcome, abandoned)."""
+    async def _run(self, step: SwapStep) -> Swap:
+        """Run the machine's commands and feed it what happened, until it is finished."""
         c = self.controller
-        timeout = new.drain.timeout
-        await self.publisher.publish(
-            DrainStarted(
-                from_version=plan.from_version,
-                to_version=plan.to_version,
-                in_flight=c.cluster.in_flight_under(plan.from_version),
-                timeout_s=timeout,
-            )
-        )
-        started = time.perf_counter()
-        # Requests admitted before the gateway saw DrainStarted are recorded before it or just after.
-        with contextlib.suppress(TimeoutError):
-            await c.wait_for(lambda s: s.draining, within=timeout)
-        await asyncio.sleep(ADMISSION_SETTLE_S)
-        left = max(0.0, timeout - (time.perf_counter() - started))
-        try:
-            await c.wait_for(lambda s: s.in_flight_under(plan.from_version) == 0, within=left)
-            outcome = "drained"
-        except TimeoutError:
-            outcome = "timed_out"
-        waited_ms = (time.perf_counter() - started) * 1e3
-        return waited_ms, outcome, c.cluster.in_flight_under(plan.from_version)
-
-    async def _publish_applied(self, new: Manifest, version: int) -> None:
-        await self.publisher.publish(
-            ManifestApplied(version=version, cluster=new.cluster, digest=new.digest, text=new.text)
-        )
+        swap, running = step.swap, set(c.execute(step.commands).values())
+        while not swap.finished:
+            done: Iterable[asyncio.Task[Outcome]] = ()
+            if running:
+                done, running = await asyncio.wait(running, timeout=TICK_S)
+            else:
+                await asyncio.sleep(TICK_S)
+            now = utc_now()
+            triggers: list[SwapTrigger] = [*(group_ran(task.result()) for task in done), Tick()]
+            for trigger in triggers:
+                step = advance_swap(swap, c.state, trigger, now)
+                swap = step.swap
+                running |= set(c.execute(step.commands, now).values())
+        if running:
+            await asyncio.wait(running)  # the undo or the clean-up: the reply follows them, as the log does
+        return swap

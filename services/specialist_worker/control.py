@@ -14,6 +14,7 @@ from nrt.bus.errors import BadRequest, RemoteError
 from nrt.events import SessionKvEvicted
 from nrt.inference import BatchingGenerator
 from nrt.protocol import ControlCommand, ControlReply, PromoteModel
+from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, session_key
 from specialist_worker.ports import AskPromotion, EventSink
 from specialist_worker.tiers import Tiers
@@ -44,7 +45,7 @@ class Control:
         elif command.action == "promote":
             self.host.get(model_id)
             # a promotion that a waiting request asked for (on_demand) is that request's cold start
-            await self.tiers.promote(model_id, command.reason, cold_start=command.reason == "on_demand")
+            await self.tiers.promote(model_id, command.reason, cold_start=command.reason == Reason.ON_DEMAND)
         elif command.action == "demote":
             await self.tiers.demote(model_id, command.reason)
         elif command.action == "unload":
@@ -66,7 +67,7 @@ class Control:
         )
 
     async def ensure_resident(
-        self, model_id: str, reason: str, cold_start: bool, manifest_version: int = 0
+        self, model_id: str, reason: Reason, cold_start: bool, manifest_version: int = 0
     ) -> float | None:
         """Promote ``model_id`` if it is standby; the milliseconds it took, or None if it was ready.
 
@@ -77,18 +78,18 @@ class Control:
         not answer, the worker promotes the model itself (serving comes first) and the budget
         is enforced after the fact once cluster_state sees the change.
         """
-        if self.host.tier(model_id) in ("resident", "remote"):
+        if self.host.tier(model_id) in (Tier.RESIDENT, Tier.REMOTE):
             return None
         started = time.perf_counter()
         if cold_start:
             await self._promote_within_budget(model_id, manifest_version)
-            if self.host.tier(model_id) in ("resident", "remote"):
+            if self.host.tier(model_id) in (Tier.RESIDENT, Tier.REMOTE):
                 return (time.perf_counter() - started) * 1e3
         return await self.tiers.promote(model_id, reason, cold_start)
 
     async def _promote_within_budget(self, model_id: str, manifest_version: int) -> None:
         ask = PromoteModel(
-            model_id=model_id, reason="on_demand", worker_id=self.worker_id, manifest_version=manifest_version
+            model_id=model_id, reason=Reason.ON_DEMAND, worker_id=self.worker_id, manifest_version=manifest_version
         )
         try:
             await self.ask_promotion(ask)
@@ -97,11 +98,11 @@ class Control:
                 raise
             log.warning("cluster_state did not promote %s (%s); promoting it here", model_id, exc.message)
 
-    def evict_session(self, model_id: str, session_id: str, reason: str) -> int:
+    def evict_session(self, model_id: str, session_id: str, reason: Reason) -> int:
         """Drop a conversation's KV cache (held only while the model is resident); the bytes freed."""
         hosted = self.host.get(model_id)
         freed = 0
-        if self.host.tier(model_id) == "resident":
+        if self.host.tier(model_id) == Tier.RESIDENT:
             runtime = self.host.runtime(model_id)
             if isinstance(runtime, BatchingGenerator):
                 freed = runtime.evict_session(session_key(model_id, session_id))

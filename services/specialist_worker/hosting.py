@@ -16,6 +16,7 @@ from pathlib import Path
 from nrt.bus.errors import BadRequest, Unavailable
 from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.inference.artifact import read_record
+from nrt.vocabulary import Tier
 from specialist_worker.resources import resident_set_bytes
 from specialist_worker.sources import LocalArtifact, RemoteEndpoint
 
@@ -45,8 +46,8 @@ class Transition:
     """A measured tier change of one model on this worker."""
 
     model_id: str
-    from_tier: str
-    to_tier: str
+    from_tier: Tier
+    to_tier: Tier
     elapsed_ms: float
     bytes_held: int
 
@@ -72,11 +73,11 @@ class ModelHost:
             raise Unavailable(f"model '{model_id}' is not hosted on this worker", code="model_not_hosted")
         return hosted
 
-    def tier(self, model_id: str) -> str:
+    def tier(self, model_id: str) -> Tier:
         hosted = self.hosted.get(model_id)
         if hosted is None:
-            return "unloaded"
-        return "remote" if hosted.remote else self.registry.tier(model_id)
+            return Tier.UNLOADED
+        return Tier.REMOTE if hosted.remote else self.registry.tier(model_id)
 
     def bytes_held(self, model_id: str) -> int:
         hosted = self.hosted.get(model_id)
@@ -113,7 +114,7 @@ class ModelHost:
             hosted = Hosted(model_id=model_id, source=source, target=target)
             if isinstance(target, RemoteEndpoint):
                 self.hosted[model_id] = hosted
-                return Transition(model_id, "unloaded", "remote", 0.0, 0)
+                return Transition(model_id, Tier.UNLOADED, Tier.REMOTE, 0.0, 0)
             change = self.registry.load(model_id, target.path)
             self.hosted[model_id] = hosted
             return self._transition(change)
@@ -123,7 +124,7 @@ class ModelHost:
         with self._lock:
             hosted = self.get(model_id)
             if hosted.remote:
-                return Transition(model_id, "remote", "remote", 0.0, 0)
+                return Transition(model_id, Tier.REMOTE, Tier.REMOTE, 0.0, 0)
             path = self._path(hosted)
             before = resident_set_bytes()
             change = self.registry.promote(model_id)
@@ -137,7 +138,7 @@ class ModelHost:
         with self._lock:
             hosted = self.get(model_id)
             if hosted.remote:
-                return Transition(model_id, "remote", "remote", 0.0, 0)
+                return Transition(model_id, Tier.REMOTE, Tier.REMOTE, 0.0, 0)
             change = self.registry.demote(model_id)
             self._drop_runtime_if_sessionless(self._path(hosted))
             return self._transition(change)
@@ -147,7 +148,7 @@ class ModelHost:
             hosted = self.get(model_id)
             if hosted.remote:
                 del self.hosted[model_id]
-                return Transition(model_id, "remote", "unloaded", 0.0, 0)
+                return Transition(model_id, Tier.REMOTE, Tier.UNLOADED, 0.0, 0)
             change = self.registry.unload(model_id)
             del self.hosted[model_id]
             self._drop_runtime_if_sessionless(self._path(hosted))

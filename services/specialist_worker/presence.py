@@ -17,6 +17,7 @@ import msgspec
 
 from nrt.events import Event, WorkerJoined, WorkerLost
 from nrt.protocol import HostedModel, WorkerHeartbeat
+from nrt.vocabulary import Reason
 from specialist_worker.hosting import ModelHost
 from specialist_worker.ports import Publisher, SendHeartbeat
 from specialist_worker.resources import HostResources
@@ -76,7 +77,7 @@ class Presence:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.heartbeat_s)
 
-    async def leave(self, reason: str = "shutdown") -> None:
+    async def leave(self, reason: Reason = Reason.SHUTDOWN) -> None:
         """Wait for the events still being published, then say goodbye (``WorkerLost``)."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)

@@ -18,6 +18,7 @@ from nrt.bus.errors import BadRequest, RemoteError
 from nrt.events import SessionOpened, SessionTouched
 from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, GenerateChunk, GenerateRequest
+from nrt.vocabulary import Reason
 from specialist_worker import classify, remote
 from specialist_worker.classify import LabelScores
 from specialist_worker.hosting import ModelHost, session_key
@@ -30,7 +31,7 @@ class Residency(Protocol):
     """Makes a standby model resident before it serves (see :meth:`Control.ensure_resident`)."""
 
     async def ensure_resident(
-        self, model_id: str, reason: str, cold_start: bool, manifest_version: int = 0
+        self, model_id: str, reason: Reason, cold_start: bool, manifest_version: int = 0
     ) -> float | None: ...
 
 
@@ -58,7 +59,7 @@ class Serving:
             async for answer in remote.generate(hosted.target, request, self.worker_id):
                 yield answer
             return
-        cold_ms = await self.residency.ensure_resident(model_id, "on_demand", True, request.manifest_version)
+        cold_ms = await self.residency.ensure_resident(model_id, Reason.ON_DEMAND, True, request.manifest_version)
         runtime = self.host.runtime(model_id)
         if not isinstance(runtime, BatchingGenerator):
             raise BadRequest(f"model '{model_id}' is an encoder; it can embed or classify, not generate")
@@ -110,7 +111,7 @@ class Serving:
     async def classify(self, request: ClassifyRequest) -> ClassifyReply:
         if not request.labels:
             raise BadRequest("classify needs at least one label")
-        await self.residency.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
         if isinstance(runtime, Encoder):
@@ -136,7 +137,7 @@ class Serving:
         return classify.classify_encoder(encoder, centroids, request.labels, request.text)
 
     async def embed(self, request: EmbedRequest) -> EmbedReply:
-        await self.residency.ensure_resident(request.model_id, "on_demand", cold_start=True)
+        await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         if not isinstance(runtime, Encoder):
             raise BadRequest(f"model '{request.model_id}' is not an encoder; it cannot embed")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from nrt.events import TierChanged
+from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.ports import EventSink, ModelSubjects, SpecLookup
 from specialist_worker.sources import resolve
@@ -25,7 +26,7 @@ class Tiers:
         self.model_subjects = model_subjects
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def load(self, model_id: str, source: str, tier: str, reason: str) -> list[Transition]:
+    async def load(self, model_id: str, source: str, tier: Tier, reason: Reason) -> list[Transition]:
         """unloaded -> standby (or remote), then -> resident if ``tier`` is resident; the steps taken."""
         async with self._lock(model_id):
             spec = self.specs(model_id)
@@ -36,36 +37,36 @@ class Tiers:
             except Exception:
                 if model_id not in self.host.hosted:  # the placement did not happen: say so in the log
                     elapsed_ms = (time.perf_counter() - started) * 1e3
-                    self._record(Transition(model_id, "unloaded", "unloaded", elapsed_ms, 0), "load_failed")
+                    self._record(Transition(model_id, Tier.UNLOADED, Tier.UNLOADED, elapsed_ms, 0), Reason.LOAD_FAILED)
                 raise
             # Subscribed before any tier is announced: once the log says a worker holds the
             # model, a request for it reaches one (it waits on this lock while we promote).
             await self.model_subjects.subscribe(model_id)
-            if tier == "resident":
+            if tier == Tier.RESIDENT:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
             for step in steps:
                 self._record(step, reason)
         return steps
 
-    async def promote(self, model_id: str, reason: str, cold_start: bool) -> float | None:
+    async def promote(self, model_id: str, reason: Reason, cold_start: bool) -> float | None:
         """standby -> resident, measured and recorded; the milliseconds, or None if it was not standby."""
         async with self._lock(model_id):
-            if self.host.tier(model_id) != "standby":
+            if self.host.tier(model_id) != Tier.STANDBY:
                 return None
             step = await asyncio.to_thread(self.host.promote, model_id)
             self._record(step, reason, cold_start=cold_start)
             return step.elapsed_ms
 
-    async def demote(self, model_id: str, reason: str) -> None:
+    async def demote(self, model_id: str, reason: Reason) -> None:
         """resident -> standby (the session goes when no other model id uses it)."""
         await self._step_down(model_id, self.host.demote, reason)
 
-    async def unload(self, model_id: str, reason: str) -> None:
+    async def unload(self, model_id: str, reason: Reason) -> None:
         """-> unloaded; its subject is no longer served here."""
         await self._step_down(model_id, self.host.unload, reason)
         await self.model_subjects.unsubscribe(model_id)
 
-    async def _step_down(self, model_id: str, change: Callable[[str], Transition], reason: str) -> None:
+    async def _step_down(self, model_id: str, change: Callable[[str], Transition], reason: Reason) -> None:
         self.host.get(model_id)  # not hosted: a clear error, before waiting for the lock
         async with self._lock(model_id):
             self._record(await asyncio.to_thread(change, model_id), reason)
@@ -73,10 +74,10 @@ class Tiers:
     def _lock(self, model_id: str) -> asyncio.Lock:
         return self._locks.setdefault(model_id, asyncio.Lock())
 
-    def _record(self, step: Transition, reason: str, cold_start: bool = False) -> None:
+    def _record(self, step: Transition, reason: Reason, cold_start: bool = False) -> None:
         """Record a measured tier change; none for a step that changed nothing, except a failed
         load (unloaded -> unloaded), which withdraws the placement the log announced."""
-        if step.changed or reason == "load_failed":
+        if step.changed or reason == Reason.LOAD_FAILED:
             self.events.emit(
                 TierChanged(
                     model_id=step.model_id,

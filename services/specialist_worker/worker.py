@@ -40,6 +40,7 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
+from nrt.vocabulary import Reason
 from specialist_worker.control import Control
 from specialist_worker.hosting import ModelHost
 from specialist_worker.presence import Presence
@@ -102,7 +103,7 @@ class Worker:
     async def stop(self) -> None:
         for sub in self._subscriptions.values():
             await sub.unsubscribe()
-        await self.presence.leave("shutdown")
+        await self.presence.leave(Reason.SHUTDOWN)
         await asyncio.to_thread(self.host.close)
 
     def spec(self, model_id: str) -> ModelSpec | None:

@@ -368,7 +368,7 @@ def test_a_swap_warms_added_models_first_and_unloads_dropped_ones_after() -> Non
         "    - id: legal\n      source: /models/legal\n", "    - id: contracts\n      source: /models/contracts\n"
     )
     new = parse_manifest(new_text, "new.yaml")
-    plan = plan_swap(state, old, new, T0)
+    plan = plan_swap(state, old, new, T0, "swap-1")
     assert isinstance(plan, SwapPlan)
     assert (plan.from_version, plan.to_version) == (1, 2)
     assert plan.added == ("contracts",)
@@ -387,7 +387,7 @@ def test_a_swap_that_does_not_fit_is_rejected_before_anything_changes() -> None:
     contracts = "    - id: contracts\n      source: /models/contracts\n      tier: standby\n      footprint: 3GB\n"
     bigger = parse_manifest(manifest_text().replace("\nrouting:", "\n" + contracts + "routing:"), "big.yaml")
     assert bigger.model("contracts").footprint == 3 * GB
-    plan = plan_swap(state, old, bigger, T0)
+    plan = plan_swap(state, old, bigger, T0, "swap-1")
     assert isinstance(plan, SwapRejected)
     assert plan.message == (
         "the new manifest does not fit: cannot place contracts (standby, 3 GB): w1 has 1 GB free of 5 GB RAM"

@@ -11,15 +11,14 @@ from nrt.manifest import parse_manifest
 from nrt.protocol import ChatMessage, ClassifyReply
 from nrt.routing import (
     Scored,
-    build_index,
     classify_request,
     decide,
-    nearest,
     resolve_model,
     restrict,
     routing_text,
     serving_workers,
 )
+from nrt.routing.centroid import build_index, nearest
 from nrt.state import fold
 
 SUPPORT = parse_manifest((FIXTURES / "tiny-support.yaml").read_text())

@@ -22,6 +22,7 @@ from nrt.events.schema import (
     TierChanged,
     WorkerJoined,
     WorkerLost,
+    derived_event_id,
     new_event_id,
     utc_now,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "WorkerJoined",
     "WorkerLost",
     "decode",
+    "derived_event_id",
     "encode",
     "event_class",
     "new_event_id",

@@ -14,9 +14,26 @@ from typing import ClassVar
 
 import msgspec
 
+from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier
+
+# Derived event ids are name-based UUIDs in this namespace (the store's event_id column is a UUID).
+DERIVED_IDS = uuid.UUID("9b7e4c52-1d0a-5c3e-8f61-6e7274000002")
+
 
 def new_event_id() -> str:
+    """A fresh random id: for facts a service observes (a worker's tier change, a request)."""
     return str(uuid.uuid4())
+
+
+def derived_event_id(cause: str, *facts: str) -> str:
+    """The id of an event decided because of ``cause``: the same cause and facts, the same id.
+
+    A policy derives the ids of the events it builds from what triggered it (the triggering
+    event's id, or a tick's time) and the facts that tell them apart (the event type, the
+    model, the worker), so the same log and the same clock give the same events; a decision
+    made twice is one event, since the stream and the store drop a repeated id.
+    """
+    return str(uuid.uuid5(DERIVED_IDS, "\x1f".join((cause, *facts))))
 
 
 def utc_now() -> datetime:
@@ -67,7 +84,7 @@ class DrainStarted(Event, frozen=True, kw_only=True):
 class DrainCompleted(Event, frozen=True, kw_only=True):
     from_version: int
     to_version: int
-    outcome: str  # "drained" | "timed_out" | "aborted"
+    outcome: DrainOutcome
     waited_ms: float
     abandoned: int = 0  # in-flight requests still running at cut-over (timed out)
 
@@ -94,7 +111,7 @@ class WorkerJoined(Event, frozen=True, kw_only=True):
 
 class WorkerLost(Event, frozen=True, kw_only=True):
     worker_id: str
-    reason: str  # "heartbeat_timeout" | "shutdown"
+    reason: Reason  # heartbeat_timeout | shutdown
 
     @property
     def stream_id(self) -> str:
@@ -105,7 +122,7 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
     artifact: str  # the resolved source (catalogue name, path or endpoint)
-    tier: str  # the tier placement asks for
+    tier: Tier  # the tier placement asks for
     manifest_version: int
 
     @property
@@ -116,10 +133,9 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
 class TierChanged(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
-    from_tier: str
-    to_tier: str
-    reason: str  # "placement" | "co_activation" | "on_demand" | "budget_pressure" | "manifest_swap" | "command"
-    # | "load_failed" (unloaded -> unloaded: a placed model could not be loaded; the placement is withdrawn)
+    from_tier: Tier
+    to_tier: Tier
+    reason: Reason  # load_failed: unloaded -> unloaded, a placed model could not be loaded (the placement is withdrawn)
     elapsed_ms: float
     bytes_held: int  # bytes the model holds on the worker after the change
     cold_start: bool = False  # promoted on demand by a request that waited for it
@@ -160,7 +176,7 @@ class SessionKvEvicted(Event, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
     bytes_freed: int
-    reason: str  # "idle" | "budget_pressure" | "command" | "model_unloaded"
+    reason: Reason  # idle | budget_pressure | command | model_unloaded
 
     @property
     def stream_id(self) -> str:
@@ -169,7 +185,7 @@ class SessionKvEvicted(Event, frozen=True, kw_only=True):
 
 class SessionClosed(Event, frozen=True, kw_only=True):
     session_id: str
-    reason: str = "closed"
+    reason: Reason = Reason.CLOSED
 
     @property
     def stream_id(self) -> str:
@@ -225,7 +241,7 @@ class RequestCompleted(Event, frozen=True, kw_only=True):
     completion_tokens: int
     latency_ms: float
     ttft_ms: float | None = None
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = "stop"
 
     @property
     def stream_id(self) -> str:

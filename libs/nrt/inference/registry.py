@@ -12,14 +12,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import onnxruntime as ort
 
 from nrt.inference.errors import InferenceError
 from nrt.inference.weights import Weights, active_provider, build_session, load_weights
-
-Tier = Literal["unloaded", "standby", "resident"]
+from nrt.vocabulary import Tier as Tier  # the one tier type; the registry holds unloaded, standby or resident
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +70,7 @@ class ArtifactRegistry:
     def tier(self, model_id: str) -> Tier:
         with self._lock:
             path = self._owner.get(model_id)
-            return "unloaded" if path is None else self._entries[path].tiers[model_id]
+            return Tier.UNLOADED if path is None else self._entries[path].tiers[model_id]
 
     def weights(self, model_id: str) -> Weights:
         with self._lock:
@@ -81,7 +79,7 @@ class ArtifactRegistry:
     def session(self, model_id: str) -> ort.InferenceSession:
         with self._lock:
             entry = self._entry(model_id)
-            if entry.tiers[model_id] != "resident" or entry.session is None:
+            if entry.tiers[model_id] != Tier.RESIDENT or entry.session is None:
                 raise InferenceError(f"model {model_id!r} is not resident")
             return entry.session
 
@@ -101,13 +99,13 @@ class ArtifactRegistry:
             if entry is None:
                 entry = _Entry(weights=load_weights(path))
                 self._entries[path] = entry
-            entry.tiers[model_id] = "standby"
+            entry.tiers[model_id] = Tier.STANDBY
             self._owner[model_id] = path
             return TierChange(
                 model_id=model_id,
                 artifact_dir=path,
-                from_tier="unloaded",
-                to_tier="standby",
+                from_tier=Tier.UNLOADED,
+                to_tier=Tier.STANDBY,
                 elapsed_ms=(time.perf_counter() - started) * 1e3,
                 bytes_loaded=0 if shared else entry.weights.nbytes,
                 bytes_freed=0,
@@ -127,16 +125,16 @@ class ArtifactRegistry:
                     entry.weights, self._providers, intra_op_threads=self._threads, spin=self._spin
                 )
                 entry.provider = active_provider(entry.session)
-            entry.tiers[model_id] = "resident"
+            entry.tiers[model_id] = Tier.RESIDENT
             return TierChange(
                 model_id=model_id,
                 artifact_dir=path,
                 from_tier=from_tier,
-                to_tier="resident",
+                to_tier=Tier.RESIDENT,
                 elapsed_ms=(time.perf_counter() - started) * 1e3,
                 bytes_loaded=0,
                 bytes_freed=0,
-                shared=shared or from_tier == "resident",
+                shared=shared or from_tier == Tier.RESIDENT,
                 provider=entry.provider,
             )
 
@@ -147,8 +145,8 @@ class ArtifactRegistry:
             path = self._owner[model_id]
             from_tier = entry.tiers[model_id]
             started = time.perf_counter()
-            entry.tiers[model_id] = "standby"
-            still_used = any(t == "resident" for t in entry.tiers.values())
+            entry.tiers[model_id] = Tier.STANDBY
+            still_used = any(t == Tier.RESIDENT for t in entry.tiers.values())
             if not still_used:
                 entry.session = None
                 entry.provider = None
@@ -156,7 +154,7 @@ class ArtifactRegistry:
                 model_id,
                 path,
                 from_tier,
-                "standby",
+                Tier.STANDBY,
                 (time.perf_counter() - started) * 1e3,
                 0,
                 0,
@@ -174,14 +172,14 @@ class ArtifactRegistry:
             if not entry.tiers:
                 freed = entry.weights.nbytes
                 del self._entries[path]
-            elif not any(t == "resident" for t in entry.tiers.values()):
+            elif not any(t == Tier.RESIDENT for t in entry.tiers.values()):
                 entry.session = None
                 entry.provider = None
             return TierChange(
                 model_id,
                 path,
                 from_tier,
-                "unloaded",
+                Tier.UNLOADED,
                 (time.perf_counter() - started) * 1e3,
                 0,
                 freed,

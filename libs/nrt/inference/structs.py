@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
-FinishReason = Literal["stop", "length"]
+from nrt.protocol import FinishReason, Timings, Usage
+
+__all__ = ["Chunk", "FinishReason", "GenerationRequest", "Timings", "Usage"]
 
 
 class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,24 +31,6 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     request_id: str = ""
     stream: bool = True
-
-
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    cached_tokens: int  # prompt tokens served from the session's KV cache, not prefilled
-
-
-class Timings(msgspec.Struct, frozen=True, kw_only=True):
-    queue_ms: float  # submitted -> prefill started
-    prefill_ms: float  # the prefill ONNX runs
-    ttft_ms: float  # submitted -> first token chosen
-    decode_ms: float  # first token -> last token
-    decode_tokens_per_s: float  # (completion_tokens - 1) / decode time
-    total_ms: float
-    prefilled_tokens: int  # prompt tokens actually run through the model
-    batch_size_max: int  # the largest batch this request decoded in
 
 
 class Chunk(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,21 +18,27 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
 from nrt.inference.errors import TemplateError
+from nrt.protocol import ChatMessage, Role
 
-Role = Literal["system", "user", "assistant"]
+__all__ = [
+    "BUILTIN_TEMPLATES",
+    "CHATML",
+    "COMPLETION",
+    "GEMMA_CHAT",
+    "PLAIN_CHAT",
+    "ChatMessage",
+    "PromptTemplate",
+    "Role",
+    "builtin_template",
+    "few_shot",
+]
 
 _LAYOUT_FIELDS = frozenset({"prefix", "system", "messages", "last_user", "generation_prompt"})
 _ROLE_FIELDS = frozenset({"content"})
-
-
-class ChatMessage(msgspec.Struct, frozen=True):
-    role: Role
-    content: str
 
 
 class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True):

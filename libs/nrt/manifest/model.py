@@ -7,25 +7,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from nrt.vocabulary import Priority as Priority  # the shared vocabulary, re-exported where manifests use it
+from nrt.vocabulary import Tier as Tier
+
 if TYPE_CHECKING:
     from nrt.manifest.dispatch import DispatchRule
 
-
-class Tier(StrEnum):
-    RESIDENT = "resident"  # a live inference session, ready to serve
-    STANDBY = "standby"  # weights held in RAM, no session
-    REMOTE = "remote"  # served by an external OpenAI-compatible endpoint
-    UNLOADED = "unloaded"  # nothing held (never declared in a manifest; a state only)
-
-
 DECLARABLE_TIERS = (Tier.RESIDENT, Tier.STANDBY, Tier.REMOTE)
-
-
-class Priority(StrEnum):
-    CRITICAL = "critical"  # never evicted under budget pressure
-    HIGH = "high"
-    NORMAL = "normal"
-    LOW = "low"
 
 
 class Role(StrEnum):

@@ -1,7 +1,10 @@
 """The policies: pure functions from (state, manifest, trigger, now) to commands.
 
 No I/O and no clock: the cluster_state service feeds them the folded state, the
-manifest in force and the time, and executes the commands they return.
+manifest in force and the time, and executes the commands they return. The events they
+build are stamped with that time and carry ids derived from the trigger (``cause_of``),
+so the same log, triggers and times always give the same commands. The drained manifest
+swap is a state machine of the same kind (``start_swap`` / ``advance_swap``).
 """
 
 from nrt.policies.bookkeeping import absorb, note_reply, note_sent, saw_heartbeat, settle
@@ -22,10 +25,21 @@ from nrt.policies.model import (
     Trigger,
     Tuning,
     WorkerSeen,
+    cause_of,
 )
 from nrt.policies.placement import budget_problems, check_fit, reconcile
 from nrt.policies.sessions import sweep
 from nrt.policies.swap import SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
+from nrt.policies.swap_machine import (
+    GroupRan,
+    Swap,
+    SwapFailure,
+    SwapPhase,
+    SwapStep,
+    SwapTrigger,
+    advance_swap,
+    start_swap,
+)
 from nrt.policies.warming import co_activate
 
 __all__ = [
@@ -33,19 +47,27 @@ __all__ = [
     "Control",
     "ControlState",
     "Emit",
+    "GroupRan",
     "Pending",
     "PromoteWanted",
     "Refuse",
+    "Swap",
+    "SwapFailure",
+    "SwapPhase",
     "SwapPlan",
     "SwapRejected",
+    "SwapStep",
+    "SwapTrigger",
     "Sweep",
     "Tick",
     "Trigger",
     "Tuning",
     "WorkerSeen",
     "absorb",
+    "advance_swap",
     "after_cutover",
     "budget_problems",
+    "cause_of",
     "check_fit",
     "check_liveness",
     "co_activate",
@@ -58,6 +80,7 @@ __all__ = [
     "reconcile",
     "saw_heartbeat",
     "settle",
+    "start_swap",
     "sweep",
     "undo_warm",
     "with_footprints",

@@ -17,6 +17,7 @@ from nrt.events import Event, WorkerJoined, WorkerLost
 from nrt.policies.model import Command, Control, ControlState, Emit, Pending, WorkerSeen, pending_key
 from nrt.protocol import WorkerHeartbeat
 from nrt.state import ClusterState, evolve
+from nrt.vocabulary import Tier
 
 LOAD_TIMEOUT_S = 300.0  # loading reads (and may convert) a model: minutes on a cold cache
 CONTROL_TIMEOUT_S = 60.0  # promote, demote, unload, evict_session
@@ -106,7 +107,7 @@ def reached(cluster: ClusterState, pending: Pending) -> bool:
         return session is None or session.kv_evicted
     model = cluster.models.get(pending.model_id or "")
     placement = model.placements.get(pending.worker_id) if model is not None else None
-    tier = placement.tier if placement is not None else "unloaded"
+    tier = placement.tier if placement is not None else Tier.UNLOADED
     return tier == pending.tier
 
 

@@ -15,8 +15,7 @@ from nrt.manifest import Manifest, ModelSpec, Tier
 from nrt.policies.model import ControlState
 from nrt.state import ClusterState, WorkerState
 from nrt.units import format_size
-
-_RANK = {"unloaded": 0, "remote": 1, "standby": 2, "resident": 3}
+from nrt.vocabulary import TIER_RANK
 
 
 def with_footprints(manifest: Manifest, footprint_of: Callable[[str], int | None]) -> Manifest:
@@ -58,7 +57,7 @@ class Holding:
     model_id: str
     worker_id: str
     artifact: str
-    tier: str
+    tier: Tier
     bytes: int
 
 
@@ -80,7 +79,7 @@ def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
         spec = specs.get(pending.model_id)
         artifact = spec.source if spec is not None else pending.model_id
         out.append(_holding(state, spec, pending.model_id, pending.worker_id, artifact))
-    return [h for h in out if h.tier != "unloaded"]
+    return [h for h in out if h.tier != Tier.UNLOADED]
 
 
 def _holding(state: ControlState, spec: ModelSpec | None, model_id: str, worker_id: str, artifact: str) -> Holding:
@@ -101,12 +100,12 @@ def charged(held: Iterable[Holding]) -> dict[tuple[str, str], Holding]:
         if known is None:
             out[key] = h
         else:
-            tier = h.tier if _RANK[h.tier] > _RANK[known.tier] else known.tier
+            tier = h.tier if TIER_RANK[h.tier] > TIER_RANK[known.tier] else known.tier
             out[key] = replace(known, tier=tier, bytes=max(known.bytes, h.bytes))
     return out
 
 
-def tier_total(held: Iterable[Holding], tier: str) -> int:
+def tier_total(held: Iterable[Holding], tier: Tier) -> int:
     return sum(h.bytes for h in charged(held).values() if h.tier == tier)
 
 
@@ -121,22 +120,22 @@ class WorkerRoom:
     resident_used: int
     standby_used: int
 
-    def free(self, tier: str) -> int:
-        if tier == "remote":
+    def free(self, tier: Tier) -> int:
+        if tier == Tier.REMOTE:
             return 1 << 62
         if not self.accelerator:
             return self.standby_cap - self.resident_used - self.standby_used
-        if tier == "resident":
+        if tier == Tier.RESIDENT:
             return self.resident_cap - self.resident_used
         return self.standby_cap - self.standby_used
 
     def describe(self) -> str:
         if self.accelerator:
             return (
-                f"{self.worker_id} has {size(max(self.free('resident'), 0))} free of {size(self.resident_cap)} "
-                f"accelerator memory and {size(max(self.free('standby'), 0))} free of {size(self.standby_cap)} RAM"
+                f"{self.worker_id} has {size(max(self.free(Tier.RESIDENT), 0))} free of {size(self.resident_cap)} "
+                f"accelerator memory and {size(max(self.free(Tier.STANDBY), 0))} free of {size(self.standby_cap)} RAM"
             )
-        return f"{self.worker_id} has {size(max(self.free('standby'), 0))} free of {size(self.standby_cap)} RAM"
+        return f"{self.worker_id} has {size(max(self.free(Tier.STANDBY), 0))} free of {size(self.standby_cap)} RAM"
 
 
 def room(worker: WorkerState, held: Iterable[Holding]) -> WorkerRoom:
@@ -146,8 +145,8 @@ def room(worker: WorkerState, held: Iterable[Holding]) -> WorkerRoom:
         accelerator=worker.accelerator_bytes > 0,
         resident_cap=worker.accelerator_bytes if worker.accelerator_bytes > 0 else worker.ram_bytes,
         standby_cap=worker.ram_bytes,
-        resident_used=sum(h.bytes for h in mine if h.tier == "resident"),
-        standby_used=sum(h.bytes for h in mine if h.tier == "standby"),
+        resident_used=sum(h.bytes for h in mine if h.tier == Tier.RESIDENT),
+        standby_used=sum(h.bytes for h in mine if h.tier == Tier.STANDBY),
     )
 
 
@@ -155,13 +154,13 @@ def shares_artifact(held: Iterable[Holding], worker_id: str, artifact: str) -> b
     return any(h.worker_id == worker_id and h.artifact == artifact for h in held)
 
 
-def budget_for(manifest: Manifest, tier: str) -> int | None:
-    if tier == "resident":
+def budget_for(manifest: Manifest, tier: Tier) -> int | None:
+    if tier == Tier.RESIDENT:
         return manifest.resources.gpu_budget
-    if tier == "standby":
+    if tier == Tier.STANDBY:
         return manifest.resources.ram_budget
     return None
 
 
-def budget_key(tier: str) -> str:
-    return "gpu_budget" if tier == "resident" else "ram_budget"
+def budget_key(tier: Tier) -> str:
+    return "gpu_budget" if tier == Tier.RESIDENT else "ram_budget"

@@ -9,16 +9,22 @@ from nrt.manifest import Manifest
 from nrt.policies import liveness, placement, sessions
 from nrt.policies.bookkeeping import note_sent
 from nrt.policies.eviction import enforce_budget, make_resident
-from nrt.policies.model import Command, ControlState, PromoteWanted, Sweep, Tick, Trigger
+from nrt.policies.model import Command, ControlState, PromoteWanted, Sweep, Tick, Trigger, cause_of
 from nrt.policies.warming import co_activate
 
 
 def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now: datetime) -> list[Command]:
-    """What the cluster should do about ``trigger``, given the state after it and the manifest in force."""
+    """What the cluster should do about ``trigger``, given the state after it and the manifest in force.
+
+    Pure and deterministic: no clock but ``now``, and the events it builds are stamped ``now``
+    with ids derived from the trigger (``cause_of``): the same log, triggers and times give the
+    same commands.
+    """
+    cause = cause_of(trigger, now)
     if isinstance(trigger, Tick):
-        commands = liveness.check(state, now)
+        commands = liveness.check(state, now, cause)
         if manifest is not None:
-            commands += placement.reconcile(note_sent(state, commands, now), manifest, now)
+            commands += placement.reconcile(note_sent(state, commands, now), manifest, now, cause)
         return commands
     if manifest is None:
         return []
@@ -31,5 +37,5 @@ def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now
     if isinstance(trigger, TierChanged):
         return enforce_budget(state, manifest, trigger, now)
     if isinstance(trigger, ManifestApplied | WorkerJoined | WorkerLost):
-        return placement.reconcile(state, manifest, now)
+        return placement.reconcile(state, manifest, now, cause)
     return []

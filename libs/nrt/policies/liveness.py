@@ -11,21 +11,28 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nrt.events import WorkerJoined, WorkerLost
+from nrt.events import WorkerJoined, WorkerLost, derived_event_id
 from nrt.policies.model import Command, ControlState, Emit
+from nrt.vocabulary import Reason
 
 
 def worker_key(worker_id: str) -> str:
     return f"worker:{worker_id}"
 
 
-def check(state: ControlState, now: datetime) -> list[Command]:
+def check(state: ControlState, now: datetime, cause: str) -> list[Command]:
+    """``WorkerLost`` / ``WorkerJoined`` as the heartbeats say, stamped ``now`` with ids derived from ``cause``."""
     commands: list[Command] = []
     tuning = state.tuning
     live = set(state.live_workers(now))
     for worker_id, worker in sorted(state.cluster.workers.items()):
         if worker.alive and worker_id not in live and worker_key(worker_id) not in state.pending:
-            lost = WorkerLost(worker_id=worker_id, reason="heartbeat_timeout")
+            lost = WorkerLost(
+                event_id=derived_event_id(cause, "WorkerLost", worker_id),
+                occurred_at=now,
+                worker_id=worker_id,
+                reason=Reason.HEARTBEAT_TIMEOUT,
+            )
             commands.append(Emit(lost, group=worker_key(worker_id)))
     for worker_id, seen in sorted(state.seen.items()):
         known = state.cluster.workers.get(worker_id)
@@ -36,6 +43,8 @@ def check(state: ControlState, now: datetime) -> list[Command]:
         if beating and settled and worker_key(worker_id) not in state.pending:
             r = seen.report
             joined = WorkerJoined(
+                event_id=derived_event_id(cause, "WorkerJoined", worker_id),
+                occurred_at=now,
                 worker_id=worker_id,
                 host=r.host,
                 cpu_count=r.cpu_count,

@@ -17,6 +17,7 @@ import msgspec
 from nrt.events import AnyEvent, Event
 from nrt.protocol import ControlCommand, WorkerHeartbeat
 from nrt.state import ClusterState
+from nrt.vocabulary import Reason, Tier
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -47,7 +48,7 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     model_id: str | None = None
     session_id: str | None = None
-    tier: str | None = None  # kind "tier": the tier the model reaches on the worker ("unloaded": gone)
+    tier: Tier | None = None  # kind "tier": the tier the model reaches on the worker (unloaded: gone)
     sent_at: datetime
     expires_at: datetime
     replied: bool = False
@@ -89,7 +90,7 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
                 live.append(worker_id)
         return live
 
-    def tier_of(self, model_id: str, worker_id: str) -> str:
+    def tier_of(self, model_id: str, worker_id: str) -> Tier:
         """The model's tier on the worker, counting a pending change as done."""
         key = pending_key(model_id, worker_id)
         pending = self.pending.get(key)
@@ -97,7 +98,7 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
             return pending.tier
         model = self.cluster.models.get(model_id)
         placement = model.placements.get(worker_id) if model is not None else None
-        return placement.tier if placement is not None else "unloaded"
+        return placement.tier if placement is not None else Tier.UNLOADED
 
 
 def pending_key(model_id: str, worker_id: str) -> str:
@@ -119,11 +120,21 @@ class PromoteWanted(msgspec.Struct, frozen=True, kw_only=True):
     """Someone asks for ``model_id`` to be resident now (the promote subject), on ``worker_id`` if given."""
 
     model_id: str
-    reason: str = "on_demand"
+    reason: Reason = Reason.ON_DEMAND
     worker_id: str | None = None
 
 
 Trigger = AnyEvent | Tick | Sweep | PromoteWanted
+
+
+def cause_of(trigger: Trigger, now: datetime) -> str:
+    """What the events a decision builds derive their ids from: the triggering event's id, or
+    (for a trigger that is not an event) the trigger and the time it came at."""
+    if isinstance(trigger, Event):
+        return trigger.event_id
+    if isinstance(trigger, PromoteWanted):
+        return f"PromoteWanted:{trigger.model_id}@{now.isoformat()}"
+    return f"{type(trigger).__name__}@{now.isoformat()}"
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -139,11 +150,11 @@ class Emit:
 
 @dataclass(frozen=True, slots=True)
 class Control:
-    """Send ``command`` to ``worker_id``; ``tier`` is where the model ends up ("evicted" for a session)."""
+    """Send ``command`` to ``worker_id``; ``tier`` is where the model ends up (None: a session's KV is evicted)."""
 
     worker_id: str
     command: ControlCommand
-    tier: str
+    tier: Tier | None
     group: str = ""
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from nrt.events import ModelPlaced
+from nrt.events import ModelPlaced, derived_event_id
 from nrt.manifest import Manifest, ModelSpec, Priority, Tier
 from nrt.policies.budget import (
     Holding,
@@ -27,6 +27,7 @@ from nrt.policies.budget import (
 from nrt.policies.model import Command, Control, ControlState, Emit, Refuse, pending_key
 from nrt.protocol import ControlCommand
 from nrt.state import ClusterState, WorkerState
+from nrt.vocabulary import TIER_RANK, Reason
 
 _TIER_ORDER = {Tier.RESIDENT: 0, Tier.STANDBY: 1, Tier.REMOTE: 2, Tier.UNLOADED: 3}
 _PRIORITY_ORDER = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
@@ -48,7 +49,7 @@ def choose(
     avoid: frozenset[str] = frozenset(),
 ) -> tuple[str | None, str]:
     """The worker for ``spec`` at its declared tier, or None and why none fits (with the numbers)."""
-    tier = spec.tier.value
+    tier = spec.tier
     best: tuple[tuple[int, int, str], str] | None = None
     reasons = []
     for worker in workers:
@@ -69,11 +70,20 @@ def choose(
     return None, "; ".join(reasons) if reasons else "no live worker"
 
 
-def place(spec: ModelSpec, worker_id: str, version: int, reason: str, group: str) -> list[Command]:
-    """Record the placement, then tell the worker to load the model at its declared tier."""
-    tier = spec.tier.value
+def place(
+    spec: ModelSpec, worker_id: str, version: int, reason: Reason, group: str, *, cause: str, now: datetime
+) -> list[Command]:
+    """Record the placement (stamped ``now``, its id derived from ``cause``), then tell the worker
+    to load the model at its declared tier."""
+    tier = spec.tier
     placed = ModelPlaced(
-        model_id=spec.id, worker_id=worker_id, artifact=spec.source, tier=tier, manifest_version=version
+        event_id=derived_event_id(cause, "ModelPlaced", spec.id, worker_id),
+        occurred_at=now,
+        model_id=spec.id,
+        worker_id=worker_id,
+        artifact=spec.source,
+        tier=tier,
+        manifest_version=version,
     )
     load = ControlCommand(
         action="load", model_id=spec.id, reason=reason, source=spec.source, tier=tier, manifest_version=version
@@ -87,10 +97,10 @@ def is_placed(state: ControlState, model_id: str) -> bool:
     if model is not None:
         for worker_id, placement in model.placements.items():
             worker = state.cluster.workers.get(worker_id)
-            if worker is not None and worker.alive and placement.tier != "unloaded":
+            if worker is not None and worker.alive and placement.tier != Tier.UNLOADED:
                 return True
     pending = state.pending_for_model(model_id)
-    return pending is not None and pending.tier != "unloaded"
+    return pending is not None and pending.tier != Tier.UNLOADED
 
 
 def where(state: ControlState, model_id: str) -> str | None:
@@ -98,19 +108,18 @@ def where(state: ControlState, model_id: str) -> str | None:
     model = state.cluster.models.get(model_id)
     candidates = set(model.placements) if model is not None else set()
     candidates |= {p.worker_id for p in state.pending.values() if p.model_id == model_id and p.kind == "tier"}
-    rank = {"unloaded": 0, "remote": 1, "standby": 2, "resident": 3}
     best: tuple[int, str] | None = None
     for worker_id in sorted(candidates):
         worker = state.cluster.workers.get(worker_id)
         tier = state.tier_of(model_id, worker_id)
-        if worker is None or not worker.alive or tier == "unloaded":
+        if worker is None or not worker.alive or tier == Tier.UNLOADED:
             continue
-        if best is None or rank[tier] > best[0]:
-            best = (rank[tier], worker_id)
+        if best is None or TIER_RANK[tier] > best[0]:
+            best = (TIER_RANK[tier], worker_id)
     return best[1] if best is not None else None
 
 
-def reconcile(state: ControlState, manifest: Manifest, now: datetime) -> list[Command]:
+def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str) -> list[Command]:
     """Place every manifest model that no alive worker holds (first start, a new worker, a lost one)."""
     live = state.live_workers(now)
     if not live:
@@ -130,8 +139,9 @@ def reconcile(state: ControlState, manifest: Manifest, now: datetime) -> list[Co
             reason = f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}"
             commands.append(Refuse(spec.id, reason, code="unplaceable"))
             continue
-        held.append(Holding(spec.id, worker_id, spec.source, spec.tier.value, need))
-        commands.extend(place(spec, worker_id, state.cluster.manifest_version, "placement", f"place:{spec.id}"))
+        held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
+        version = state.cluster.manifest_version
+        commands.extend(place(spec, worker_id, version, Reason.PLACEMENT, f"place:{spec.id}", cause=cause, now=now))
     return commands
 
 
@@ -139,7 +149,7 @@ def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
     """Declared tiers against the manifest's budgets; models sharing a source are counted once."""
     problems = []
     for tier in (Tier.RESIDENT, Tier.STANDBY):
-        budget = budget_for(manifest, tier.value)
+        budget = budget_for(manifest, tier)
         if budget is None:
             continue
         by_source: dict[str, tuple[list[str], int]] = {}
@@ -150,7 +160,7 @@ def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
         total = sum(n for _, n in by_source.values())
         if total > budget:
             parts = ", ".join(f"{'+'.join(ids)} {size(n)}" for ids, n in by_source.values())
-            key = budget_key(tier.value)
+            key = budget_key(tier)
             problems.append(
                 f"{tier.value} models need {size(total)} ({parts}) but {key} is {size(budget)}; "
                 f"raise {key} or move models to another tier"
@@ -178,9 +188,9 @@ def check_fit(state: ControlState, manifest: Manifest, now: datetime, keep: froz
         if worker_id is None:
             problems.append(f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}")
             continue
-        held.append(Holding(spec.id, worker_id, spec.source, spec.tier.value, need))
+        held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
     return problems
 
 
 def resident_total(state: ControlState, manifest: Manifest) -> int:
-    return tier_total(holdings(state, manifest), "resident")
+    return tier_total(holdings(state, manifest), Tier.RESIDENT)

@@ -14,6 +14,7 @@ from nrt.manifest import Manifest
 from nrt.policies.model import Command, Control, ControlState
 from nrt.protocol import ControlCommand
 from nrt.state import SessionState
+from nrt.vocabulary import Reason
 
 
 def session_key(session_id: str) -> str:
@@ -39,8 +40,8 @@ def sweep(state: ControlState, manifest: Manifest, now: datetime) -> list[Comman
             action="evict_session",
             model_id=session.model_id,
             session_id=session.session_id,
-            reason="idle",
+            reason=Reason.IDLE,
             manifest_version=version,
         )
-        commands.append(Control(session.worker_id, command, tier="evicted", group=session_key(session.session_id)))
+        commands.append(Control(session.worker_id, command, tier=None, group=session_key(session.session_id)))
     return commands

@@ -1,8 +1,6 @@
-"""The pure half of a drained manifest swap: what changes, what to warm first, what to do after.
+"""The plan of a drained manifest swap: what changes, what to warm first, what to undo, what to do after.
 
-The shell runs it: validate, ``plan_swap``, execute ``warm`` while the old manifest
-serves, ``DrainStarted``, wait for the old version's in-flight requests (or the drain
-timeout), ``ManifestApplied`` n+1, ``DrainCompleted``, then ``after_cutover``.
+``nrt.policies.swap_machine`` runs a swap through its phases on this plan.
 """
 
 from __future__ import annotations
@@ -16,6 +14,13 @@ from nrt.policies.eviction import make_resident
 from nrt.policies.model import Command, Control, ControlState
 from nrt.policies.placement import check_fit, choose, order, place
 from nrt.protocol import ControlCommand
+from nrt.vocabulary import Reason
+
+WARM_PREFIX = "warm:"  # the group of one added model's placement and load
+
+
+def warm_group(model_id: str) -> str:
+    return WARM_PREFIX + model_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,11 @@ class SwapRejected:
         return "the new manifest does not fit: " + "; ".join(self.problems)
 
 
-def plan_swap(state: ControlState, old: Manifest | None, new: Manifest, now: datetime) -> SwapPlan | SwapRejected:
+def plan_swap(
+    state: ControlState, old: Manifest | None, new: Manifest, now: datetime, cause: str
+) -> SwapPlan | SwapRejected:
+    """What replacing ``old`` with ``new`` changes, or why ``new`` does not fit; the placements of
+    the warm-up are stamped ``now`` with ids derived from ``cause``."""
     old_specs = {s.id: s for s in old.models} if old is not None else {}
     new_specs = {s.id: s for s in new.models}
     added = tuple(i for i in new_specs if i not in old_specs)
@@ -68,8 +77,8 @@ def plan_swap(state: ControlState, old: Manifest | None, new: Manifest, now: dat
         if worker_id is None:
             deferred.append(spec.id)
             continue
-        held.append(Holding(spec.id, worker_id, spec.source, spec.tier.value, need))
-        warm.extend(place(spec, worker_id, to_version, "manifest_swap", f"warm:{spec.id}"))
+        held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
+        warm.extend(place(spec, worker_id, to_version, Reason.MANIFEST_SWAP, warm_group(spec.id), cause=cause, now=now))
     return SwapPlan(
         from_version=state.cluster.manifest_version,
         to_version=to_version,
@@ -88,9 +97,9 @@ def undo_warm(plan: SwapPlan) -> list[Command]:
         Control(
             c.worker_id,
             ControlCommand(
-                action="unload", model_id=c.command.model_id, reason="manifest_swap_aborted", manifest_version=0
+                action="unload", model_id=c.command.model_id, reason=Reason.MANIFEST_SWAP_ABORTED, manifest_version=0
             ),
-            tier="unloaded",
+            tier=Tier.UNLOADED,
             group=f"undo:{c.command.model_id}",
         )
         for c in plan.warm
@@ -106,20 +115,20 @@ def after_cutover(state: ControlState, new: Manifest, plan: SwapPlan, now: datet
         model = state.cluster.models.get(model_id)
         for worker_id in sorted(model.placements if model is not None else {}):
             command = ControlCommand(
-                action="unload", model_id=model_id, reason="manifest_swap", manifest_version=version
+                action="unload", model_id=model_id, reason=Reason.MANIFEST_SWAP, manifest_version=version
             )
-            commands.append(Control(worker_id, command, tier="unloaded", group=f"unload:{model_id}"))
+            commands.append(Control(worker_id, command, tier=Tier.UNLOADED, group=f"unload:{model_id}"))
     for model_id in plan.retiered:
         spec = new.model(model_id)
         model = state.cluster.models.get(model_id)
         placements = model.placements if model is not None else {}
         if spec.tier is Tier.RESIDENT:
-            commands.extend(make_resident(state, new, model_id, "manifest_swap", now, group=f"retier:{model_id}"))
+            commands.extend(make_resident(state, new, model_id, Reason.MANIFEST_SWAP, now, group=f"retier:{model_id}"))
         elif spec.tier is Tier.STANDBY:
             for worker_id, placement in sorted(placements.items()):
-                if placement.tier == "resident":
+                if placement.tier == Tier.RESIDENT:
                     command = ControlCommand(
-                        action="demote", model_id=model_id, reason="manifest_swap", manifest_version=version
+                        action="demote", model_id=model_id, reason=Reason.MANIFEST_SWAP, manifest_version=version
                     )
-                    commands.append(Control(worker_id, command, tier="standby", group=f"retier:{model_id}"))
+                    commands.append(Control(worker_id, command, tier=Tier.STANDBY, group=f"retier:{model_id}"))
     return commands

@@ -16,19 +16,20 @@ from nrt.policies.bookkeeping import note_sent
 from nrt.policies.eviction import make_resident
 from nrt.policies.model import Command, ControlState
 from nrt.policies.placement import where
+from nrt.vocabulary import Reason
 
 
-def warm_targets(manifest: Manifest, fired: RouterFired) -> list[tuple[str, str]]:
+def warm_targets(manifest: Manifest, fired: RouterFired) -> list[tuple[str, Reason]]:
     """(model id, reason) of every model this firing should warm, in manifest order, without repeats."""
-    targets: dict[str, str] = {}
+    targets: dict[str, Reason] = {}
     for spec in manifest.models:
         if spec.co_activation == fired.model_id and spec.id != fired.model_id:
-            targets.setdefault(spec.id, "co_activation")
+            targets.setdefault(spec.id, Reason.CO_ACTIVATION)
     if fired.intent is not None and fired.model_id == manifest.routing.entry:
         target = manifest.dispatch_target(fired.intent)
         hinted = next((s for s in manifest.models if s.id == target), None)
         if hinted is not None and hinted.promotion_hint == "on_router_classification" and hinted.id != fired.model_id:
-            targets.setdefault(hinted.id, "promotion_hint")
+            targets.setdefault(hinted.id, Reason.PROMOTION_HINT)
     return list(targets.items())
 
 
@@ -40,7 +41,7 @@ def co_activate(state: ControlState, manifest: Manifest, fired: RouterFired, now
         if manifest.model(model_id).tier is Tier.REMOTE:
             continue
         worker_id = where(state, model_id)
-        if worker_id is None or state.tier_of(model_id, worker_id) != "standby":
+        if worker_id is None or state.tier_of(model_id, worker_id) != Tier.STANDBY:
             continue  # not placed yet, or already resident
         planned = make_resident(state, manifest, model_id, reason, now)
         state = note_sent(state, planned, now)  # the next target sees this one's budget and pending

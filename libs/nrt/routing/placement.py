@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from nrt.state import ClusterState
+from nrt.vocabulary import Tier
 
-SERVING_TIERS = ("resident", "standby", "remote")  # standby: the worker promotes it on demand
+SERVING_TIERS = (Tier.RESIDENT, Tier.STANDBY, Tier.REMOTE)  # standby: the worker promotes it on demand
 
 
 def serving_workers(state: ClusterState, model_id: str) -> tuple[str, ...]:

@@ -30,13 +30,11 @@ from nrt.events import (
     WorkerJoined,
     WorkerLost,
 )
-from nrt.manifest.model import Tier
 from nrt.state.model import ClusterState, Counters, ModelState, Placement, SessionState, WorkerState
+from nrt.vocabulary import TIER_RANK, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-
-_TIER_RANK = {Tier.UNLOADED.value: 0, Tier.REMOTE.value: 1, Tier.STANDBY.value: 2, Tier.RESIDENT.value: 3}
 
 
 def evolve(state: ClusterState, event: Event) -> ClusterState:
@@ -130,7 +128,7 @@ def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
 def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
     model = _model(state, e.model_id)
     placement = model.placements.get(e.worker_id) or Placement(
-        worker_id=e.worker_id, tier=Tier.UNLOADED.value, since=e.occurred_at
+        worker_id=e.worker_id, tier=Tier.UNLOADED, since=e.occurred_at
     )
     updated = replace(model, artifact=e.artifact, placements=_with(model.placements, e.worker_id, placement))
     return replace(state, models=_with(state.models, e.model_id, updated))
@@ -138,13 +136,13 @@ def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
 
 def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
     model = _model(state, e.model_id)
-    if e.to_tier == Tier.UNLOADED.value:
+    if e.to_tier == Tier.UNLOADED:
         placements = _without(model.placements, e.worker_id)
     else:
         placement = Placement(worker_id=e.worker_id, tier=e.to_tier, bytes_held=e.bytes_held, since=e.occurred_at)
         placements = _with(model.placements, e.worker_id, placement)
     moved = e.to_tier != e.from_tier  # a failed load (unloaded -> unloaded) only withdraws the placement
-    up = _TIER_RANK.get(e.to_tier, 0) > _TIER_RANK.get(e.from_tier, 0)
+    up = TIER_RANK[e.to_tier] > TIER_RANK[e.from_tier]
     updated = replace(
         model,
         placements=placements,

@@ -6,10 +6,12 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 
 import msgspec
 
+from nrt.vocabulary import Tier
+
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
-    tier: str
+    tier: Tier
     bytes_held: int = 0
     since: datetime
 
@@ -25,7 +27,7 @@ class ModelState(msgspec.Struct, frozen=True, kw_only=True):
     cold_starts: int = 0
 
     @property
-    def tiers(self) -> dict[str, str]:
+    def tiers(self) -> dict[str, Tier]:
         return {worker: p.tier for worker, p in self.placements.items()}
 
 

@@ -21,6 +21,7 @@ from nrt.events import (
     TierChanged,
     WorkerJoined,
 )
+from nrt.vocabulary import Reason, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,7 +67,7 @@ def traffic(n_events: int, seed: int = 7, live_sessions: int = 64) -> Iterator[E
                 model_id=model,
                 worker_id="w1",
                 artifact=f"catalogue://{model}",
-                tier="resident",
+                tier=Tier.RESIDENT,
                 manifest_version=1,
             )
             yield TierChanged(
@@ -74,9 +75,9 @@ def traffic(n_events: int, seed: int = 7, live_sessions: int = 64) -> Iterator[E
                 occurred_at=tick(),
                 model_id=model,
                 worker_id="w1",
-                from_tier="unloaded",
-                to_tier="resident",
-                reason="placement",
+                from_tier=Tier.UNLOADED,
+                to_tier=Tier.RESIDENT,
+                reason=Reason.PLACEMENT,
                 elapsed_ms=rng.uniform(50, 400),
                 bytes_held=rng.randint(10**6, 10**8),
             )
@@ -132,7 +133,7 @@ def traffic(n_events: int, seed: int = 7, live_sessions: int = 64) -> Iterator[E
                 model_id=intent,
                 worker_id="w1",
                 bytes_freed=rng.randint(10**4, 10**6),
-                reason="idle",
+                reason=Reason.IDLE,
             )
         yield RequestCompleted(
             event_id=next_id(),

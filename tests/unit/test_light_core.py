@@ -1,0 +1,62 @@
+"""The pure core and the gateway import no inference engine: no ONNX Runtime, no numpy.
+
+Each check runs in a fresh interpreter, so a module that some other test imported first
+cannot hide (or fake) a heavy import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("onnxruntime", "numpy")
+
+LIGHT = (
+    "nrt.policies",
+    "nrt.state",
+    "nrt.manifest",
+    "nrt.events",
+    "nrt.protocol",
+    "nrt.routing",
+    "nrt.manifest_sources",
+    "api_gateway.app",
+    "cluster_state.service",
+)
+
+
+def loaded_after_import(module: str) -> list[str]:
+    """The heavy modules in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
+    probe = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        f"print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))\n"
+    )
+    path = os.pathsep.join([str(ROOT / "libs"), str(ROOT / "services"), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"importing {module} failed:\n{done.stderr}"
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_importing_the_core_or_the_gateway_loads_no_inference_engine(module: str) -> None:
+    assert loaded_after_import(module) == [], f"importing {module} loads {', '.join(HEAVY)}"
+
+
+def test_the_probe_sees_a_heavy_import() -> None:
+    # the engine itself does load them: the check above would notice if the core reached it
+    assert loaded_after_import("nrt.inference") == list(HEAVY)
