@@ -1,4 +1,9 @@
-"""NATS plumbing: replies or explicit error frames, never a silent timeout; one trace per call."""
+"""NATS plumbing: replies or explicit error frames, never a silent timeout; one trace per call.
+
+Request/reply is served the control plane's way (a FastStream subscriber on a real broker,
+``nrt.bus.broker``) and asked both ways: through a broker and with raw nats-py, as
+``nrt.bus.rpc`` and ``nrt health`` do. Streams are the hot path's (``nrt.bus.rpc``).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,14 @@ import time
 
 import msgspec
 import pytest
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from nrt.bus import broker as bus
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
 from nrt.bus.jetstream import EventPublisher
@@ -42,16 +49,17 @@ async def _echo(ask: Ask) -> Answer:
     return Answer(text=ask.text * ask.repeat)
 
 
-async def test_request_gets_the_reply(nc: Client) -> None:
-    await rpc.serve(nc, "t.echo", Ask, _echo)
-    assert await rpc.request(nc, "t.echo", Ask(text="ab", repeat=2), Answer, timeout=2) == Answer(text="abab")
+async def test_request_gets_the_reply(nc: Client, broker: NatsBroker) -> None:
+    await bus.serve(broker, "t.echo", _echo)
+    assert await bus.call(broker, "t.echo", Ask(text="ab", repeat=2), Answer, timeout=2) == Answer(text="abab")
+    assert await rpc.request(nc, "t.echo", Ask(text="c", repeat=3), Answer, timeout=2) == Answer(text="ccc")
 
 
-async def test_handler_failure_is_an_error_frame_not_a_timeout(nc: Client) -> None:
-    await rpc.serve(nc, "t.echo", Ask, _echo)
+async def test_handler_failure_is_an_error_frame_not_a_timeout(nc: Client, broker: NatsBroker) -> None:
+    await bus.serve(broker, "t.echo", _echo)
     started = time.perf_counter()
     with pytest.raises(RemoteError) as info:
-        await rpc.request(nc, "t.echo", Ask(text="boom"), Answer, timeout=5)
+        await bus.call(broker, "t.echo", Ask(text="boom"), Answer, timeout=5)
     assert time.perf_counter() - started < 1.0
     assert info.value.code == "internal"
     assert info.value.status == 500
@@ -61,25 +69,29 @@ async def test_handler_failure_is_an_error_frame_not_a_timeout(nc: Client) -> No
     assert (bad.value.code, bad.value.status) == ("bad_request", 400)
 
 
-async def test_invalid_request_is_answered_with_bad_request(nc: Client) -> None:
-    await rpc.serve(nc, "t.echo", Ask, _echo)
+async def test_invalid_request_is_answered_with_bad_request(nc: Client, broker: NatsBroker) -> None:
+    await bus.serve(broker, "t.echo", _echo)
     started = time.perf_counter()
     reply = await nc.request("t.echo", b'{"text": 5}', timeout=5)
     assert time.perf_counter() - started < 1.0
     assert reply.headers is not None
-    assert reply.headers[rpc.FRAME] == rpc.ERROR
+    assert reply.headers[bus.FRAME] == bus.ERROR
     frame = msgspec.json.decode(reply.data)
     assert frame["code"] == "bad_request"
     assert "invalid Ask" in frame["message"]
     assert "$.text" in frame["message"]
 
 
-async def test_no_responders_and_deadlines_are_named(nc: Client) -> None:
+async def test_no_responders_and_deadlines_are_named(nc: Client, broker: NatsBroker) -> None:
     with pytest.raises(Unavailable, match=r"nothing is serving t\.nobody"):
         await rpc.request(nc, "t.nobody", Ask(text="x"), Answer, timeout=1)
-    await rpc.serve(nc, "t.echo", Ask, _echo)
+    with pytest.raises(Unavailable, match=r"nothing is serving t\.nobody"):
+        await bus.call(broker, "t.nobody", Ask(text="x"), Answer, timeout=1)
+    await bus.serve(broker, "t.echo", _echo, max_workers=2)
     with pytest.raises(DeadlineExceeded, match=r"no reply from t\.echo within 0\.2s"):
         await rpc.request(nc, "t.echo", Ask(text="slow"), Answer, timeout=0.2)
+    with pytest.raises(DeadlineExceeded, match=r"no reply from t\.echo within 0\.2s"):
+        await bus.call(broker, "t.echo", Ask(text="slow"), Answer, timeout=0.2)
 
 
 async def _count(ask: Ask, inbox: rpc.StreamInbox) -> None:
@@ -159,7 +171,8 @@ async def test_jetstream_deduplicates_by_event_id(nc: Client) -> None:
     assert info.state.messages == 1
 
 
-async def test_one_trace_across_request_and_reply(nc: Client, spans: InMemorySpanExporter) -> None:
+async def test_one_trace_across_request_and_reply(nc: Client, broker: NatsBroker, spans: InMemorySpanExporter) -> None:
+    """A raw caller's span (trace context in the headers) parents FastStream's consumer span, which parents the work."""
     tracer = trace.get_tracer("test")
     inner: list[trace.SpanContext] = []
 
@@ -168,12 +181,13 @@ async def test_one_trace_across_request_and_reply(nc: Client, spans: InMemorySpa
             inner.append(span.get_span_context())
         return Answer(text=ask.text)
 
-    await rpc.serve(nc, "t.traced", Ask, handler)
+    await bus.serve(broker, "t.traced", handler)
     with tracer.start_as_current_span("caller") as root:
         await rpc.request(nc, "t.traced", Ask(text="x"), Answer, timeout=2)
     await asyncio.sleep(0.05)
     finished = {s.name: s for s in spans.get_finished_spans()}
-    client, server, work = finished["nats request t.traced"], finished["nats serve t.traced"], finished["work"]
+    client, work = finished["nats request t.traced"], finished["work"]
+    (server,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER and "t.traced" in s.name]
     trace_id = root.get_span_context().trace_id
     assert {client.context.trace_id, server.context.trace_id, work.context.trace_id} == {trace_id}
     assert client.parent is not None
@@ -183,4 +197,3 @@ async def test_one_trace_across_request_and_reply(nc: Client, spans: InMemorySpa
     assert work.parent is not None
     assert work.parent.span_id == server.context.span_id
     assert client.kind is SpanKind.CLIENT
-    assert server.kind is SpanKind.SERVER

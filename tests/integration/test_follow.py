@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.bus.follow import EventFollower
@@ -15,12 +16,12 @@ from nrt.testing.traffic import traffic
 SPEC = Path(__file__).parent.parent / "fixtures" / "spec-customer-support.yaml"
 
 
-async def test_follower_catches_up_then_follows_live(nc: Client) -> None:
+async def test_follower_catches_up_then_follows_live(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
     early: list[Event] = list(traffic(40))
     for event in early:
         await publisher.publish(event)
-    follower = EventFollower(nc)
+    follower = EventFollower(broker)
     await follower.start()
     await follower.wait_for(lambda s: s.events_applied == 40, within=5)
     text = SPEC.read_text()
@@ -44,9 +45,9 @@ async def test_follower_catches_up_then_follows_live(nc: Client) -> None:
     assert follower.manifest.dispatch_target("billing") == "billing"
 
 
-async def test_a_manifest_that_does_not_parse_keeps_the_last_good_one(nc: Client) -> None:
+async def test_a_manifest_that_does_not_parse_keeps_the_last_good_one(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
-    follower = EventFollower(nc)
+    follower = EventFollower(broker)
     await follower.start()
     await publisher.publish(
         ManifestApplied(version=1, cluster="customer-support-agent", digest="a", text=SPEC.read_text())
@@ -59,7 +60,7 @@ async def test_a_manifest_that_does_not_parse_keeps_the_last_good_one(nc: Client
     assert follower.manifest.cluster == "customer-support-agent"
 
 
-async def test_a_control_plane_follower_sees_only_control_plane_events(nc: Client) -> None:
+async def test_a_control_plane_follower_sees_only_control_plane_events(nc: Client, broker: NatsBroker) -> None:
     publisher = EventPublisher(nc)
     events: list[Event] = list(traffic(60))
     for event in events:
@@ -67,7 +68,7 @@ async def test_a_control_plane_follower_sees_only_control_plane_events(nc: Clien
     control = [event for event in events if isinstance(event, CONTROL_PLANE)]
     assert 0 < len(control) < len(events)  # the traffic has both kinds
     seen: list[Event] = []
-    follower = EventFollower(nc)
+    follower = EventFollower(broker)
     follower.listen(lambda event, _: seen.append(event))
     await follower.start(types=CONTROL_PLANE)
     state = await follower.wait_for(lambda s: s.events_applied == len(control), within=5)

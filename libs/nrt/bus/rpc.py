@@ -1,4 +1,8 @@
-"""Request/reply and streamed replies over NATS, with explicit error frames and deadlines.
+"""The hot path on raw nats-py: routed requests, inference requests and their streamed replies.
+
+``nrt.route`` and ``nrt.infer.<model>`` with their token streams stay off FastStream (the
+control plane's transport, ``nrt.bus.broker``): ``bench.gateway`` measures FastStream at
+several times raw nats-py's latency on exactly these subjects. Both speak the same frames.
 
 Every reply carries an ``Nrt-Frame`` header: ``data`` (a payload), ``last`` (a payload
 that completes the stream), ``end`` (a stream is complete, no payload) or ``error`` (an
@@ -26,19 +30,16 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from nrt.bus import tracing
-from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
+from nrt.bus.broker import DATA, END, ERROR, FRAME, LAST, as_remote, decode_reply, raise_if_error
+from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
 
 log = logging.getLogger("nrt.bus")
 tracer = trace.get_tracer("nrt.bus")
-
-FRAME = "Nrt-Frame"
-DATA, LAST, END, ERROR = "data", "last", "end", "error"
 
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)
 
 _encoder = msgspec.json.Encoder()
-_error_decoder = msgspec.json.Decoder(ErrorFrame)
 
 
 def encode(message: msgspec.Struct) -> bytes:
@@ -50,19 +51,11 @@ def _frame_kind(msg: Msg) -> str:
 
 
 def _raise_if_error(msg: Msg) -> None:
-    if _frame_kind(msg) == ERROR:
-        try:
-            frame = _error_decoder.decode(msg.data)
-        except msgspec.DecodeError:
-            frame = ErrorFrame(code="bad_frame", message=msg.data.decode(errors="replace")[:500])
-        raise RemoteError.from_frame(frame)
+    raise_if_error(msg.headers, msg.data)
 
 
 def _decode(msg: Msg, kind: type[Resp], subject: str) -> Resp:
-    try:
-        return msgspec.json.decode(msg.data, type=kind)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise RemoteError("bad_reply", f"the reply from {subject} is not a valid {kind.__name__}: {exc}", 502) from exc
+    return decode_reply(msg.data, kind, subject)
 
 
 # -- calling ---------------------------------------------------------------------------
@@ -168,60 +161,11 @@ async def forward(nc: Client, subject: str, payload: msgspec.Struct, reply_to: s
 # -- serving ---------------------------------------------------------------------------
 
 
-def _as_remote(exc: BaseException, subject: str) -> RemoteError:
-    if isinstance(exc, RemoteError):
-        return exc
-    log.exception("handler for %s failed", subject, exc_info=exc)
-    return RemoteError("internal", f"{type(exc).__name__}: {exc}", 500)
-
-
 def _decode_request(msg: Msg, kind: type[Req]) -> Req:
     try:
         return msgspec.json.decode(msg.data, type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise BadRequest(f"invalid {kind.__name__}: {exc}") from exc
-
-
-async def serve(
-    nc: Client,
-    subject: str,
-    request_type: type[Req],
-    handler: Callable[[Req], Awaitable[msgspec.Struct]],
-    queue: str = "",
-    *,
-    concurrent: bool = False,
-) -> Subscription:
-    """Answer each request on ``subject`` with ``handler``'s reply, or an error frame.
-
-    Requests are handled one at a time, in arrival order; with ``concurrent=True`` each
-    runs in its own task, so a slow request (a manifest swap) does not hold up the next.
-    """
-
-    async def answer(msg: Msg) -> None:
-        with tracer.start_as_current_span(
-            f"nats serve {subject}", context=tracing.extract(msg.headers), kind=SpanKind.SERVER
-        ) as span:
-            try:
-                reply = await handler(_decode_request(msg, request_type))
-                data, headers = encode(reply), {FRAME: DATA}
-            except Exception as exc:  # every failure becomes a frame
-                error = _as_remote(exc, subject)
-                span.set_status(Status(StatusCode.ERROR, error.message))
-                data, headers = encode(error.frame()), {FRAME: ERROR}
-            if msg.reply:
-                await nc.publish(msg.reply, data, headers=headers)
-
-    if not concurrent:
-        return await nc.subscribe(subject, queue=queue, cb=answer)
-
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def on_message(msg: Msg) -> None:
-        task = asyncio.create_task(answer(msg))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    return await nc.subscribe(subject, queue=queue, cb=on_message)
 
 
 async def serve_stream(
@@ -244,7 +188,7 @@ async def serve_stream(
                 if not inbox.ended:
                     await inbox.end()
             except Exception as exc:
-                error = _as_remote(exc, subject)
+                error = as_remote(exc, f"handler for {subject}")
                 span.set_status(Status(StatusCode.ERROR, error.message))
                 await inbox.fail(error)
 

@@ -1,13 +1,13 @@
-"""rpc.serve(concurrent=True): a slow request does not hold up the next one (cluster_state's swap subject)."""
+"""bus.serve(max_workers=...): a slow request does not hold up the next one (cluster_state's swap subject)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import msgspec
-from nats.aio.client import Client
+from faststream.nats import NatsBroker
 
-from nrt.bus import rpc
+from nrt.bus import broker as bus
 
 
 class Wait(msgspec.Struct, frozen=True):
@@ -19,18 +19,18 @@ class Done(msgspec.Struct, frozen=True):
     name: str
 
 
-async def test_concurrent_serving_answers_a_fast_request_while_a_slow_one_runs(nc: Client) -> None:
+async def test_concurrent_serving_answers_a_fast_request_while_a_slow_one_runs(broker: NatsBroker) -> None:
     async def handler(request: Wait) -> Done:
         await asyncio.sleep(request.seconds)
         return Done(request.name)
 
     order: dict[str, list[str]] = {}
-    for subject, concurrent in (("t.serial", False), ("t.concurrent", True)):
-        await rpc.serve(nc, subject, Wait, handler, concurrent=concurrent)
+    for subject, workers in (("t.serial", 1), ("t.concurrent", 4)):
+        await bus.serve(broker, subject, handler, max_workers=workers)
         finished: list[str] = []
 
         async def call(request: Wait, subject: str = subject, finished: list[str] = finished) -> None:
-            finished.append((await rpc.request(nc, subject, request, Done, timeout=5)).name)
+            finished.append((await bus.call(broker, subject, request, Done, timeout=5)).name)
 
         slow = asyncio.create_task(call(Wait(1.0, "slow")))
         await asyncio.sleep(0.1)
