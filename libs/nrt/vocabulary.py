@@ -58,6 +58,14 @@ class Reason(StrEnum):
     SHUTDOWN = "shutdown"  # it stopped on its own
 
 
+class WorkerRole(StrEnum):
+    """What a worker hosts: placement puts the manifest's entry model on router hosts (router_svc
+    instances, which classify in-process) and every other model on specialist workers."""
+
+    ROUTER = "router"  # a router_svc instance: the entry model's worker
+    SPECIALIST = "specialist"  # a specialist_worker: specialists and the fallback (and, before roles, everything)
+
+
 class DrainOutcome(StrEnum):
     """How the drain of a manifest swap ended (``DrainCompleted.outcome``)."""
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from nrt.events import Event, ManifestApplied, ModelPlaced, RouterFired, TierChanged, WorkerJoined
+from nrt.events import Event, ManifestApplied, ModelPlaced, RequestRouted, RouterFired, TierChanged, WorkerJoined
 from nrt.manifest import Manifest, parse_manifest
 from nrt.policies import ControlState, Tuning, absorb, saw_heartbeat
 from nrt.protocol import WorkerHeartbeat
+from nrt.vocabulary import WorkerRole
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 GB = 10**9
@@ -74,10 +75,27 @@ def applied(m: Manifest, version: int = 1, when: datetime = T0) -> ManifestAppli
     return ManifestApplied(occurred_at=when, version=version, cluster=m.cluster, digest=m.digest, text=m.text)
 
 
-def joined(worker_id: str, ram: int = 16 * GB, accelerator: int = 0, when: datetime = T0) -> WorkerJoined:
+def joined(
+    worker_id: str,
+    ram: int = 16 * GB,
+    accelerator: int = 0,
+    when: datetime = T0,
+    role: WorkerRole = WorkerRole.SPECIALIST,
+) -> WorkerJoined:
     return WorkerJoined(
-        occurred_at=when, worker_id=worker_id, host=worker_id, cpu_count=2, ram_bytes=ram, accelerator_bytes=accelerator
+        occurred_at=when,
+        worker_id=worker_id,
+        host=worker_id,
+        cpu_count=2,
+        ram_bytes=ram,
+        accelerator_bytes=accelerator,
+        role=role,
     )
+
+
+def router_host(worker_id: str = "r1", ram: int = 4 * GB, when: datetime = T0) -> WorkerJoined:
+    """A router_svc instance: the entry model's worker."""
+    return joined(worker_id, ram=ram, when=when, role=WorkerRole.ROUTER)
 
 
 def placed(model_id: str, worker_id: str, tier: str, size: int = GB, when: datetime = T0) -> list[Event]:
@@ -115,9 +133,35 @@ def fired(model_id: str = "router", intent: str | None = "billing", when: dateti
     )
 
 
-def beat(worker_id: str, ram: int = 16 * GB, accelerator: int = 0) -> WorkerHeartbeat:
+def routed(intent: str | None = "billing", when: datetime = T0) -> RequestRouted:
+    """router_svc's record of a routed request: the entry model fired and the request was dispatched."""
+    return RequestRouted(
+        occurred_at=when,
+        request_id=f"r-{when.timestamp()}",
+        manifest_version=1,
+        model_id="router",
+        worker_id="r1",
+        intent=intent,
+        scores={},
+        confidence=0.9,
+        threshold=0.5,
+        target=intent or "fallback",
+        rule="router.output.intent -> specialists.{intent}",
+        latency_ms=1.0,
+    )
+
+
+def beat(
+    worker_id: str, ram: int = 16 * GB, accelerator: int = 0, role: WorkerRole = WorkerRole.SPECIALIST
+) -> WorkerHeartbeat:
     return WorkerHeartbeat(
-        worker_id=worker_id, host=worker_id, cpu_count=2, ram_bytes=ram, accelerator_bytes=accelerator, providers=()
+        worker_id=worker_id,
+        role=role,
+        host=worker_id,
+        cpu_count=2,
+        ram_bytes=ram,
+        accelerator_bytes=accelerator,
+        providers=(),
     )
 
 
@@ -130,6 +174,6 @@ def view(
         state = absorb(state, event, now)
     for worker_id in heartbeats:
         worker = state.cluster.workers.get(worker_id)
-        report = beat(worker_id, worker.ram_bytes, worker.accelerator_bytes) if worker else beat(worker_id)
+        report = beat(worker_id, worker.ram_bytes, worker.accelerator_bytes, worker.role) if worker else beat(worker_id)
         state = saw_heartbeat(state, report, now)
     return state

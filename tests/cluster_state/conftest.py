@@ -15,6 +15,7 @@ from worker_helpers import ALL_PLACED, FAST, placed_as
 
 from cluster_state.service import ClusterStateService
 from nrt.policies import Tuning
+from nrt.vocabulary import WorkerRole
 
 
 @pytest.fixture
@@ -58,10 +59,12 @@ def llama_copies(nrt_home: Path, tmp_path: Path) -> Callable[[str], str]:
 
 @pytest.fixture
 def on_one_worker(workers: Workers, start_cluster_state: StartService) -> OnOneWorker:
-    """Start worker w1, then cluster_state with ``manifest_text``; return once every model is placed."""
+    """Start worker w1 and router host r1 (the entry model's worker, as router_svc runs it), then
+    cluster_state with ``manifest_text``; return once every model is placed."""
 
     async def start(manifest_text: str) -> ClusterStateService:
         await workers.start("w1")
+        await workers.start("r1", role=WorkerRole.ROUTER)
         service = await start_cluster_state(manifest_text=manifest_text, tuning=FAST)
         await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
         return service

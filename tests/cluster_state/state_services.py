@@ -10,6 +10,7 @@ from faststream.nats import NatsBroker
 from cluster_state.service import ClusterStateService
 from nrt.bus.broker import start_broker
 from nrt.store import EventStore
+from nrt.vocabulary import WorkerRole
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 
@@ -30,7 +31,8 @@ async def until_head(store: EventStore, n: int, within: float = 20.0) -> int:
 
 
 class RunningWorker:
-    """The real specialist worker, in this process, with its own NATS connection and heartbeats."""
+    """The real specialist worker, in this process, with its own NATS connection and heartbeats (or, with the
+    router role, the same worker as router_svc runs it: the entry model's worker)."""
 
     def __init__(
         self, worker: Worker, broker: NatsBroker, stopping: asyncio.Event, heartbeats: asyncio.Task[None]
@@ -64,9 +66,11 @@ class Workers:
         self.nats_url = nats_url
         self.running: list[RunningWorker] = []
 
-    async def start(self, worker_id: str, heartbeat_s: float = 0.5) -> RunningWorker:
+    async def start(
+        self, worker_id: str, heartbeat_s: float = 0.5, role: WorkerRole = WorkerRole.SPECIALIST
+    ) -> RunningWorker:
         broker = await start_broker(self.nats_url, f"worker {worker_id}")
-        worker = Worker(broker, detect(), worker_id=worker_id, max_batch_size=8, heartbeat_s=heartbeat_s)
+        worker = Worker(broker, detect(), worker_id=worker_id, max_batch_size=8, heartbeat_s=heartbeat_s, role=role)
         await worker.start()
         stopping = asyncio.Event()
         running = RunningWorker(worker, broker, stopping, asyncio.create_task(worker.run_heartbeats(stopping)))

@@ -6,7 +6,21 @@ import re
 from datetime import timedelta
 
 import pytest
-from cluster_helpers import GB, T0, applied, at, beat, fired, joined, manifest, manifest_text, placed, view
+from cluster_helpers import (
+    GB,
+    T0,
+    applied,
+    at,
+    beat,
+    fired,
+    joined,
+    manifest,
+    manifest_text,
+    placed,
+    routed,
+    router_host,
+    view,
+)
 
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerLost
 from nrt.manifest import ManifestError, parse_manifest
@@ -57,6 +71,15 @@ def test_router_hit_promotes_the_standby_model_that_co_activates_on_it() -> None
     assert isinstance(promote, Control)
     assert promote.command.reason == "co_activation"
     assert promote.tier == "resident"
+
+
+def test_a_routed_request_warms_as_a_router_hit_does() -> None:
+    m = manifest()
+    state = view(_placed_cluster(m), heartbeats=["w1"])
+    # RequestRouted (the decision and the dispatch in one event) fires the router, as RouterFired did
+    assert decide(state, m, routed("billing"), T0) == decide(state, m, fired("router"), T0)
+    assert _controls(decide(state, m, routed("billing"), T0)) == [("promote", "legal", "w1")]
+    assert decide(state, m, routed("billing", when=T0 - timedelta(minutes=5)), T0) == []  # stale
 
 
 def test_warming_is_deduplicated_while_the_promotion_is_in_flight() -> None:
@@ -253,14 +276,15 @@ def test_a_session_eviction_in_flight_is_not_sent_twice() -> None:
 
 def test_placement_spreads_models_within_each_workers_memory() -> None:
     m = manifest(gpu="3GB")
-    state = view([applied(m), joined("w1", ram=2 * GB), joined("w2", ram=2 * GB)], heartbeats=["w1", "w2"])
+    workers = [joined("w1", ram=2 * GB), joined("w2", ram=2 * GB), router_host("r1", ram=2 * GB)]
+    state = view([applied(m), *workers], heartbeats=["w1", "w2", "r1"])
     commands = decide(state, m, Tick(), T0)
     loads = [(c.command.model_id, c.worker_id, c.command.tier) for c in commands if isinstance(c, Control)]
     assert sorted(loads) == [
-        ("billing", "w2", "resident"),
-        ("legal", "w2", "standby"),
-        ("router", "w1", "resident"),
-        ("technical", "w1", "resident"),
+        ("billing", "w1", "resident"),
+        ("legal", "w1", "standby"),
+        ("router", "r1", "resident"),  # the entry model on the router host, the specialists on the workers
+        ("technical", "w2", "resident"),
     ]
     placed_events = [c.event for c in commands if isinstance(c, Emit)]
     assert [e.type for e in placed_events] == ["ModelPlaced"] * 4
@@ -277,11 +301,11 @@ def test_placement_spreads_models_within_each_workers_memory() -> None:
 
 def test_a_model_that_fits_no_worker_is_reported_with_the_numbers() -> None:
     m = manifest()
-    state = view([applied(m), joined("w1", ram=GB + GB // 2)], heartbeats=["w1"])
+    state = view([applied(m), joined("w1", ram=GB + GB // 2), router_host("r1")], heartbeats=["w1", "r1"])
     commands = decide(state, m, Tick(), T0)
     refusals = [c for c in commands if isinstance(c, Refuse)]
-    assert {r.model_id for r in refusals} == {"billing", "technical", "legal"}
-    assert "cannot place billing (resident, 1 GB): w1 has 500 MB free of 1.5 GB RAM" in refusals[0].reason
+    assert {r.model_id for r in refusals} == {"technical", "legal"}
+    assert "cannot place technical (resident, 1 GB): w1 has 500 MB free of 1.5 GB RAM" in refusals[0].reason
 
 
 def test_a_silent_worker_is_lost_and_its_models_are_placed_on_the_others() -> None:
@@ -352,9 +376,12 @@ def test_an_over_budget_manifest_is_rejected_naming_the_numbers() -> None:
 
 def test_a_manifest_that_no_live_worker_can_hold_is_rejected() -> None:
     m = manifest()
-    state = view([joined("w1", ram=2 * GB)], heartbeats=["w1"])
+    state = view([joined("w1", ram=2 * GB), router_host("r1", ram=GB // 2)], heartbeats=["w1", "r1"])
     problems = check_fit(state, m, T0)
-    assert problems[0].startswith("cannot place technical (resident, 1 GB): w1 has 0 B free of 2 GB RAM")
+    assert problems == [
+        "cannot place router (resident, 1 GB) on a router host: r1 has 500 MB free of 500 MB RAM",
+        "cannot place legal (standby, 1 GB): w1 has 0 B free of 2 GB RAM",
+    ]
 
 
 # -- drained swap planning -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from cluster_helpers import GB, T0, applied, at, manifest, manifest_text, placed, view
+from cluster_helpers import GB, T0, applied, at, joined, manifest, manifest_text, placed, router_host, view
 
 from nrt.events import (
     DrainCompleted,
@@ -353,10 +353,15 @@ def test_a_swap_that_replaces_a_models_source_unloads_it_after_the_cut_over_and_
 def test_a_first_manifest_is_warmed_then_applied_without_a_drain() -> None:
     first = v1()
     joined = WorkerJoined(occurred_at=T0, worker_id="w1", host="w1", cpu_count=2, ram_bytes=16 * GB)
-    state = given([joined])
+    state = view([joined, router_host("r1")], now=T0, heartbeats=["w1", "r1"])
     start = start_swap(state, None, first, T0)
     assert (start.swap.from_version, start.swap.to_version) == (0, 1)
-    assert sorted(c for _, c, _, _ in controls(start.commands)) == ["billing", "legal", "router", "technical"]
+    assert sorted((c, w) for _, c, w, _ in controls(start.commands)) == [
+        ("billing", "w1"),
+        ("legal", "w1"),
+        ("router", "r1"),  # the entry model on the router host
+        ("technical", "w1"),
+    ]
     step = start
     for group in sorted({c.group for c in start.commands}):
         step = when(step.swap, state, ok(group, start.commands), 0.5)
@@ -367,3 +372,103 @@ def test_a_first_manifest_is_warmed_then_applied_without_a_drain() -> None:
     assert step.swap.phase is SwapPhase.DONE
     assert step.swap.result is not None
     assert step.swap.result.warmed == ("router", "billing", "technical", "legal")
+
+
+# -- a router change -------------------------------------------------------------------------------
+
+
+def serving_v1_with_a_router_host(m: Manifest, *, requests: int = 0) -> list[Event]:
+    """The log of a cluster serving ``m``: the entry model on router host r1, the specialists on w1."""
+    log: list[Event] = [applied(m), joined("w1"), router_host("r1")]
+    for spec in m.models:
+        log += placed(spec.id, "r1" if spec.id == m.routing.entry else "w1", spec.tier)
+    return log + [admitted(f"q{i}") for i in range(requests)]
+
+
+def test_a_router_change_is_drained_then_reloaded_on_its_router_host_before_the_cut_over() -> None:
+    old = v1()
+    new = v2(manifest_text().replace("source: /models/router", "source: /models/router-v2"))
+    state = view(serving_v1_with_a_router_host(old, requests=1), now=T0, heartbeats=["w1", "r1"])
+
+    # the new router cannot load beside the old one on r1 (one copy per model id): nothing to warm
+    start = start_swap(state, old, new, T0)
+    plan = start.swap.plan
+    assert plan is not None
+    assert plan.replaced == ("router",)
+    assert start.swap.phase is SwapPhase.DRAINING
+    [drain] = emitted(start.commands)
+    assert isinstance(drain, DrainStarted)
+    state = also(state, drain)
+
+    # the old router serves the request admitted under v1 until it is done
+    step = when(start.swap, state, Tick(), 0.3)
+    assert (step.swap.phase, step.commands) == (SwapPhase.DRAINING, ())
+    state = also(state, completed("q0", 0.4))
+    step = when(step.swap, state, Tick(), 0.5)
+
+    # drained: r1 reloads the router from its new source while new requests are still held
+    assert step.swap.phase is SwapPhase.RELOADING
+    assert controls(step.commands) == [
+        ("unload", "router", "r1", Reason.MANIFEST_SWAP),
+        ("load", "router", "r1", Reason.MANIFEST_SWAP),
+    ]
+    [placement] = emitted(step.commands)
+    assert isinstance(placement, ModelPlaced)
+    assert (placement.model_id, placement.worker_id, placement.artifact, placement.manifest_version) == (
+        "router",
+        "r1",
+        "/models/router-v2",
+        2,
+    )
+    load = next(c for c in step.commands if isinstance(c, Control) and c.command.action == "load")
+    assert (load.command.source, load.command.tier) == ("/models/router-v2", Tier.RESIDENT)
+    assert {c.group for c in step.commands} == {"reload:router@r1"}  # in order: unload, place, load
+
+    # reloaded: the cut-over; afterwards nothing is unloaded (the router on r1 is v2's already)
+    step = when(step.swap, state, ok("reload:router@r1", step.commands), 0.8)
+    assert step.swap.phase is SwapPhase.CUTTING_OVER
+    cut, done = emitted(step.commands)
+    assert isinstance(cut, ManifestApplied)
+    assert isinstance(done, DrainCompleted)
+    assert (done.outcome, done.waited_ms) == (DrainOutcome.DRAINED, 500.0)  # the drain's wait, not the reload's
+    step = when(step.swap, state, ok("swap:cutover", step.commands), 0.9)
+    state = also(state, cut, done)
+    step = when(step.swap, state, Tick(), 1.0)
+    assert step.swap.phase is SwapPhase.DONE
+    assert controls(step.commands) == []
+    assert step.swap.result is not None
+    assert step.swap.result.warmed == ("router",)
+
+
+def test_a_router_that_cannot_be_reloaded_aborts_the_swap_and_loads_the_old_one_again() -> None:
+    old = v1()
+    new = v2(manifest_text().replace("source: /models/router", "source: /nonexistent/router"))
+    state = view(serving_v1_with_a_router_host(old), now=T0, heartbeats=["w1", "r1"])
+    start = start_swap(state, old, new, T0)
+    state = also(state, *emitted(start.commands))
+    step = when(start.swap, state, Tick(), 0.1)
+    step = when(step.swap, state, Tick(), 0.3)
+    assert step.swap.phase is SwapPhase.RELOADING
+    failed = GroupRan("reload:router@r1", False, (), "source '/nonexistent/router' is not an ONNX export", 400)
+    step = when(step.swap, state, failed, 0.5)
+    assert step.swap.phase is SwapPhase.ABORTED
+    [aborted] = [e for e in emitted(step.commands) if isinstance(e, DrainCompleted)]
+    assert aborted.outcome is DrainOutcome.ABORTED
+    assert step.swap.failure is not None
+    assert step.swap.failure.status == 400  # the new manifest's source does not load
+    assert step.swap.failure.message == (
+        "could not reload router@r1 for manifest v2 (source '/nonexistent/router' is not an ONNX export); "
+        "manifest v1 is still serving"
+    )
+    # the old router is placed and loaded again on r1, under v1
+    [back] = [e for e in emitted(step.commands) if isinstance(e, ModelPlaced)]
+    assert (back.model_id, back.worker_id, back.artifact, back.manifest_version) == (
+        "router",
+        "r1",
+        "/models/router",
+        1,
+    )
+    assert controls(step.commands) == [("load", "router", "r1", Reason.MANIFEST_SWAP_ABORTED)]
+    reloading = when(when(start.swap, state, Tick(), 0.1).swap, state, Tick(), 0.3)
+    [reload_placed] = [e for e in emitted(reloading.commands) if isinstance(e, ModelPlaced)]
+    assert back.event_id != reload_placed.event_id  # a fact of its own in the log

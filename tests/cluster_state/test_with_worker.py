@@ -2,8 +2,9 @@
 
 The workers are the real service code with real tiny ONNX models (each specialist on its
 own copy of the tiny Llama export, so every model has bytes of its own). The events a
-router and a gateway would publish (RouterFired, RequestCompleted) are published by the
-test; everything else is cluster_state and the worker talking over NATS.
+router and a gateway would publish (RequestRouted, RequestCompleted) are published by the
+test; everything else is cluster_state and the workers talking over NATS (the entry model on
+a router host: the same worker code router_svc runs).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from nrt.bus.jetstream import EventPublisher
 from nrt.events import SessionKvEvicted, WorkerLost
 from nrt.protocol import PromoteModel, PromoteResult
 from nrt.store import EventStore
+from nrt.vocabulary import WorkerRole
 
 
-async def test_models_are_placed_on_the_live_worker_at_their_declared_tiers(
+async def test_models_are_placed_on_the_live_workers_of_their_role_at_their_declared_tiers(
     nc: Client,
     workers: Workers,
     start_cluster_state: StartService,
@@ -32,15 +34,17 @@ async def test_models_are_placed_on_the_live_worker_at_their_declared_tiers(
     event_store: EventStore,
 ) -> None:
     await workers.start("w1")
+    await workers.start("r1", role=WorkerRole.ROUTER)
     service = await start_cluster_state(manifest_text=worker_manifest(llama_copies), tuning=FAST)
     state = await service.controller.wait_for(placed_as(ALL_PLACED), within=60)
     assert all(p.bytes_held > 0 for m in state.models.values() for p in m.placements.values())
+    assert (state.workers["r1"].role, state.workers["w1"].role) == ("router", "specialist")
     placed = await event_store.query(types=["ModelPlaced"])
-    assert sorted((r.event.model_id, r.event.tier) for r in placed) == [  # type: ignore[union-attr]
-        ("billing", "resident"),
-        ("legal", "standby"),
-        ("router", "resident"),
-        ("technical", "resident"),
+    assert sorted((r.event.model_id, r.event.worker_id, r.event.tier) for r in placed) == [  # type: ignore[union-attr]
+        ("billing", "w1", "resident"),
+        ("legal", "w1", "standby"),
+        ("router", "r1", "resident"),  # the entry model on the router host
+        ("technical", "w1", "resident"),
     ]
     changes = await tier_changes(event_store)
     assert ("legal", "unloaded", "standby", "placement") in changes
@@ -130,6 +134,7 @@ async def test_a_worker_that_stops_heartbeating_is_lost_and_its_models_move(
 ) -> None:
     await workers.start("w1")
     w2 = await workers.start("w2")
+    await workers.start("r1", role=WorkerRole.ROUTER)
     service = await start_cluster_state(manifest_text=worker_manifest(llama_copies, gpu="8GB"), tuning=FAST)
     state = await service.controller.wait_for(
         lambda s: (
@@ -140,7 +145,7 @@ async def test_a_worker_that_stops_heartbeating_is_lost_and_its_models_move(
     on_w2 = sorted(m for m, where in tiers(state).items() if "w2" in where)
     assert on_w2, "placement spreads the models over both workers"
     await w2.crash()
-    expected = {m: {"w1": ALL_PLACED[m]["w1"]} for m in ALL_PLACED}
+    expected = {m: ({"w1": where["w1"]} if "w1" in where else where) for m, where in ALL_PLACED.items()}
     state = await service.controller.wait_for(placed_as(expected), within=30)
     assert not state.workers["w2"].alive
     lost = [r.event for r in await event_store.query(types=["WorkerLost"])]

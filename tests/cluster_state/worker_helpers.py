@@ -7,7 +7,7 @@ from collections.abc import Callable
 from nats.aio.client import Client
 
 from nrt.bus import rpc, subjects
-from nrt.events import RequestCompleted, RouterFired, TierChanged
+from nrt.events import RequestCompleted, RequestRouted, TierChanged
 from nrt.policies import Tuning
 from nrt.protocol import GenerateChunk, GenerateRequest, SamplingParams
 from nrt.state import ClusterState
@@ -95,14 +95,25 @@ def used(model_id: str) -> RequestCompleted:
     )
 
 
-def fired() -> RouterFired:
-    return RouterFired(
-        request_id="q", model_id="router", intent="billing", scores={}, latency_ms=1.0, manifest_version=1
+def fired() -> RequestRouted:
+    """The router classified a request for billing and dispatched it there, as router_svc records it."""
+    return RequestRouted(
+        request_id="q",
+        manifest_version=1,
+        model_id="router",
+        worker_id="r1",
+        intent="billing",
+        scores={"billing": 0.9},
+        confidence=0.9,
+        threshold=0.5,
+        target="billing",
+        rule="router.output.intent -> specialists.{intent} => billing",
+        latency_ms=1.0,
     )
 
 
-ALL_PLACED = {
-    "router": {"w1": "resident"},
+ALL_PLACED = {  # the entry model on router host r1, the specialists on worker w1
+    "router": {"r1": "resident"},
     "billing": {"w1": "resident"},
     "technical": {"w1": "resident"},
     "legal": {"w1": "standby"},

@@ -14,6 +14,9 @@ from nrt.events import (
     ModelPlaced,
     RequestAdmitted,
     RequestCompleted,
+    RequestDispatched,
+    RequestRouted,
+    RouterFired,
     SessionKvEvicted,
     SessionOpened,
     SessionTouched,
@@ -22,6 +25,7 @@ from nrt.events import (
     WorkerLost,
     decode,
     encode,
+    schema_version,
 )
 from nrt.state import ClusterState, evolve, fold
 from nrt.testing.traffic import traffic
@@ -164,3 +168,62 @@ def test_a_failed_load_withdraws_the_placement_without_counting_a_tier_change() 
     after = evolve(pending, failed)
     assert after.models["broken"].placements == {}
     assert (after.counters.tier_changes, after.models["broken"].demotions) == (0, 0)
+
+
+def test_request_routed_folds_as_the_two_events_it_replaces() -> None:
+    admitted = RequestAdmitted(occurred_at=T0, request_id="r1", manifest_version=1, model_id="router")
+    fired = RouterFired(
+        occurred_at=T0,
+        request_id="r1",
+        model_id="router",
+        intent="billing",
+        scores={"billing": 0.9},
+        latency_ms=2.0,
+        manifest_version=1,
+    )
+    dispatched = RequestDispatched(
+        occurred_at=T0,
+        request_id="r1",
+        from_model="router",
+        to_model="billing",
+        intent="billing",
+        rule="router.output.intent -> specialists.{intent} => billing",
+        manifest_version=1,
+    )
+    routed = RequestRouted(
+        occurred_at=T0,
+        request_id="r1",
+        manifest_version=1,
+        model_id="router",
+        worker_id="r1",
+        intent="billing",
+        scores={"billing": 0.9},
+        confidence=0.9,
+        threshold=0.5,
+        target="billing",
+        rule="router.output.intent -> specialists.{intent} => billing",
+        latency_ms=2.0,
+    )
+    before = fold([admitted, fired, dispatched])  # a log written before RequestRouted: still folds
+    after = fold([admitted, routed])
+    assert (after.counters.router_fired, after.counters.dispatches) == (1, 1)
+    assert after.counters == before.counters
+    assert after.intents == before.intents == {"billing": 1}
+    assert after.models["router"].requests == before.models["router"].requests == 1
+    assert after.in_flight == before.in_flight == {"r1": 1}
+    assert decode(encode(routed)) == routed
+
+
+def test_a_version_1_worker_joined_row_decodes_as_a_specialist_worker() -> None:
+    old_row = (
+        b'{"accelerator_bytes":0,"cpu_count":2,"event_id":"e1","host":"h1","occurred_at":"2026-05-01T12:00:00Z",'
+        b'"providers":["CPUExecutionProvider"],"ram_bytes":8,"type":"WorkerJoined","worker_id":"w1"}'
+    )
+    joined = decode(old_row)
+    assert isinstance(joined, WorkerJoined)
+    assert joined.role == "specialist"
+    assert fold([joined]).workers["w1"].role == "specialist"
+    router_host = WorkerJoined(occurred_at=T0, worker_id="r1", host="h1", cpu_count=2, ram_bytes=8, role="router")
+    assert b'"role":"router"' in encode(router_host)
+    assert fold([router_host]).workers["r1"].role == "router"
+    assert schema_version("WorkerJoined") == 2  # version 2 added the role

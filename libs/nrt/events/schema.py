@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import msgspec
 
-from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier
+from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier, WorkerRole
 
 # Derived event ids are name-based UUIDs in this namespace (the store's event_id column is a UUID).
 DERIVED_IDS = uuid.UUID("9b7e4c52-1d0a-5c3e-8f61-6e7274000002")
@@ -97,12 +97,16 @@ class DrainCompleted(Event, frozen=True, kw_only=True):
 
 
 class WorkerJoined(Event, frozen=True, kw_only=True):
+    """A worker announced itself. Version 2 added ``role`` (version 1 rows decode as specialist workers)."""
+
+    VERSION: ClassVar[int] = 2
     worker_id: str
     host: str
     cpu_count: int
     ram_bytes: int
     accelerator_bytes: int = 0
     providers: tuple[str, ...] = ()
+    role: WorkerRole = WorkerRole.SPECIALIST  # router: a router_svc instance, the entry model's worker
 
     @property
     def stream_id(self) -> str:
@@ -208,6 +212,8 @@ class RequestAdmitted(Event, frozen=True, kw_only=True):
 
 
 class RouterFired(Event, frozen=True, kw_only=True):
+    """The entry model classified a request (written before ``RequestRouted``; old rows still fold)."""
+
     request_id: str
     model_id: str  # the entry model that classified
     intent: str | None  # None when no label was confident enough
@@ -221,12 +227,40 @@ class RouterFired(Event, frozen=True, kw_only=True):
 
 
 class RequestDispatched(Event, frozen=True, kw_only=True):
+    """A request was forwarded to a model (written before ``RequestRouted``; old rows still fold)."""
+
     request_id: str
     from_model: str
     to_model: str
     intent: str | None
     rule: str
     manifest_version: int
+
+    @property
+    def stream_id(self) -> str:
+        return f"request:{self.request_id}"
+
+
+class RequestRouted(Event, frozen=True, kw_only=True):
+    """router_svc's decision for a routed request, and the dispatch it made: one fact.
+
+    The entry model's scores, the confidence and the threshold it was held to, the intent (None
+    when no label was confident enough), the dispatch rule and how it resolved, and the model
+    the request went to. Replaces the pair ``RouterFired`` + ``RequestDispatched``; a direct
+    call records none (the completion names the model that answered).
+    """
+
+    request_id: str
+    manifest_version: int
+    model_id: str  # the entry model that classified
+    worker_id: str  # the router host that classified it (a router_svc instance)
+    intent: str | None  # None when no label was confident enough
+    scores: dict[str, float]
+    confidence: float
+    threshold: float
+    target: str  # the model the request was dispatched to
+    rule: str
+    latency_ms: float  # the classification, as router_svc measured it
 
     @property
     def stream_id(self) -> str:
@@ -276,6 +310,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RequestAdmitted,
     RouterFired,
     RequestDispatched,
+    RequestRouted,
     RequestCompleted,
     RequestFailed,
 )
@@ -295,6 +330,7 @@ AnyEvent = (
     | RequestAdmitted
     | RouterFired
     | RequestDispatched
+    | RequestRouted
     | RequestCompleted
     | RequestFailed
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nrt.events import ManifestApplied, RouterFired, TierChanged, WorkerJoined, WorkerLost
+from nrt.events import ManifestApplied, RequestRouted, RouterFired, TierChanged, WorkerJoined, WorkerLost
 from nrt.manifest import Manifest
 from nrt.policies import liveness, placement, sessions
 from nrt.policies.bookkeeping import note_sent
@@ -32,7 +32,7 @@ def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now
         return sessions.sweep(state, manifest, now)
     if isinstance(trigger, PromoteWanted):
         return make_resident(state, manifest, trigger.model_id, trigger.reason, now, worker_id=trigger.worker_id)
-    if isinstance(trigger, RouterFired):
+    if isinstance(trigger, RequestRouted | RouterFired):
         return co_activate(state, manifest, trigger, now)
     if isinstance(trigger, TierChanged):
         return enforce_budget(state, manifest, trigger, now)

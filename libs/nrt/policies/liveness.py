@@ -51,6 +51,7 @@ def check(state: ControlState, now: datetime, cause: str) -> list[Command]:
                 ram_bytes=r.ram_bytes,
                 accelerator_bytes=r.accelerator_bytes,
                 providers=r.providers,
+                role=r.role,
             )
             commands.append(Emit(joined, group=worker_key(worker_id)))
     return commands

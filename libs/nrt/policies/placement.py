@@ -1,9 +1,13 @@
 """Placement: which live worker hosts each manifest model, within memory and budgets.
 
+Workers have a role. The manifest's entry model goes to the router hosts (router_svc
+instances: each classifies in its own process, so each holds a copy); every other model
+goes to one specialist worker. A model whose hosts are not up yet waits for them.
+
 Deterministic: residents first, then standby, then remote; critical before high before
-normal before low; larger before smaller; then manifest order. A model goes to a worker
-that already holds its artifact (no extra bytes) if one has room, else to the worker
-with the most room left, ties broken by worker id.
+normal before low; larger before smaller; then manifest order. A specialist goes to a
+worker that already holds its artifact (no extra bytes) if one has room, else to the
+worker with the most room left, ties broken by worker id.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from nrt.policies.budget import (
 from nrt.policies.model import Command, Control, ControlState, Emit, Refuse, pending_key
 from nrt.protocol import ControlCommand
 from nrt.state import ClusterState, WorkerState
-from nrt.vocabulary import TIER_RANK, Reason
+from nrt.vocabulary import TIER_RANK, Reason, WorkerRole
 
 _TIER_ORDER = {Tier.RESIDENT: 0, Tier.STANDBY: 1, Tier.REMOTE: 2, Tier.UNLOADED: 3}
 _PRIORITY_ORDER = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
@@ -39,6 +43,21 @@ def order(manifest: Manifest, cluster: ClusterState) -> list[ModelSpec]:
         manifest.models,
         key=lambda s: (_TIER_ORDER[s.tier], _PRIORITY_ORDER[s.priority], -footprint(s, cluster), index[s.id]),
     )
+
+
+def host_role(manifest: Manifest, model_id: str) -> WorkerRole:
+    """The role of the workers that host ``model_id``: router hosts for the entry model, else specialist workers."""
+    return WorkerRole.ROUTER if model_id == manifest.routing.entry else WorkerRole.SPECIALIST
+
+
+def hosts(state: ControlState, live: Sequence[str], role: WorkerRole) -> list[WorkerState]:
+    """The live workers (ids in ``live``) of ``role``, in id order."""
+    return [w for worker_id in live if (w := state.cluster.workers[worker_id]).role is role]
+
+
+def holds(state: ControlState, model_id: str, worker_id: str) -> bool:
+    """``worker_id`` holds ``model_id`` (or a change towards holding it is pending)."""
+    return state.tier_of(model_id, worker_id) != Tier.UNLOADED
 
 
 def choose(
@@ -120,29 +139,60 @@ def where(state: ControlState, model_id: str) -> str | None:
 
 
 def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str) -> list[Command]:
-    """Place every manifest model that no alive worker holds (first start, a new worker, a lost one)."""
+    """Place every manifest model that no alive worker of its role holds (first start, a new worker,
+    a lost one); the entry model on every live router host that lacks it."""
     live = state.live_workers(now)
     if not live:
         return []
-    workers = [state.cluster.workers[w] for w in live]
     held = holdings(state, manifest)
+    version = state.cluster.manifest_version
     commands: list[Command] = []
     for spec in order(manifest, state.cluster):
+        role = host_role(manifest, spec.id)
+        workers = hosts(state, live, role)
+        if not workers:
+            continue  # its hosts are not up yet
+        need = footprint(spec, state.cluster)
+        avoid = frozenset(
+            w.worker_id for w in workers if state.backoff.get(pending_key(spec.id, w.worker_id), now) > now
+        )
+        if role is WorkerRole.ROUTER:
+            lacking = [w for w in workers if not holds(state, spec.id, w.worker_id) and w.worker_id not in avoid]
+            added, why_not = fits_everywhere(spec, need, lacking, held)
+            commands.extend(Refuse(spec.id, why, code="unplaceable") for why in why_not)
+            for copy in added:
+                held.append(copy)
+                group = f"place:{spec.id}@{copy.worker_id}"
+                commands.extend(place(spec, copy.worker_id, version, Reason.PLACEMENT, group, cause=cause, now=now))
+            continue
         if is_placed(state, spec.id):
             continue
-        avoid = frozenset(w for w in live if state.backoff.get(pending_key(spec.id, w), now) > now)
-        if len(avoid) == len(live):
+        if len(avoid) == len(workers):
             continue  # every worker failed it recently: wait for the back-off
-        need = footprint(spec, state.cluster)
         worker_id, why = choose(spec, need, workers, held, avoid)
         if worker_id is None:
             reason = f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}"
             commands.append(Refuse(spec.id, reason, code="unplaceable"))
             continue
         held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
-        version = state.cluster.manifest_version
         commands.extend(place(spec, worker_id, version, Reason.PLACEMENT, f"place:{spec.id}", cause=cause, now=now))
     return commands
+
+
+def fits_everywhere(
+    spec: ModelSpec, need: int, workers: Sequence[WorkerState], held: list[Holding]
+) -> tuple[list[Holding], list[str]]:
+    """A copy of ``spec`` on each of ``workers`` (the entry model on every router host): the holdings
+    they add, and why a worker has no room for its copy."""
+    added: list[Holding] = []
+    problems: list[str] = []
+    for worker in workers:
+        worker_id, why = choose(spec, need, [worker], [*held, *added])
+        if worker_id is None:
+            problems.append(f"cannot place {spec.id} ({spec.tier.value}, {size(need)}) on a router host: {why}")
+            continue
+        added.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
+    return added, problems
 
 
 def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
@@ -176,14 +226,20 @@ def check_fit(state: ControlState, manifest: Manifest, now: datetime, keep: froz
     """
     problems = budget_problems(manifest, state.cluster)
     live = state.live_workers(now)
-    if not live:
-        return problems  # placement waits for workers
-    workers = [state.cluster.workers[w] for w in live]
     held = [h for h in holdings(state, manifest) if h.model_id in keep]
     for spec in order(manifest, state.cluster):
         if spec.id in keep:
             continue
+        role = host_role(manifest, spec.id)
+        workers = hosts(state, live, role)
+        if not workers:
+            continue  # placement waits for hosts of its role
         need = footprint(spec, state.cluster)
+        if role is WorkerRole.ROUTER:
+            added, why_not = fits_everywhere(spec, need, workers, held)
+            held.extend(added)
+            problems.extend(why_not)
+            continue
         worker_id, why = choose(spec, need, workers, held)
         if worker_id is None:
             problems.append(f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}")

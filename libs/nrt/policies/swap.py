@@ -1,6 +1,12 @@
 """The plan of a drained manifest swap: what changes, what to warm first, what to undo, what to do after.
 
 ``nrt.policies.swap_machine`` runs a swap through its phases on this plan.
+
+A router change (the entry model's source replaced) cannot be loaded beside the old router on
+its router host, since a worker holds one copy per model id. It is reloaded there instead once
+the drain is over, before the cut-over: no request admitted under the old version still needs
+the old router, new requests are held, and the first one admitted under the new version finds
+the new router loaded and resident.
 """
 
 from __future__ import annotations
@@ -12,15 +18,20 @@ from nrt.manifest import Manifest, Tier
 from nrt.policies.budget import Holding, footprint, holdings
 from nrt.policies.eviction import make_resident
 from nrt.policies.model import Command, Control, ControlState
-from nrt.policies.placement import check_fit, choose, order, place
+from nrt.policies.placement import check_fit, choose, fits_everywhere, host_role, hosts, order, place
 from nrt.protocol import ControlCommand
-from nrt.vocabulary import Reason
+from nrt.vocabulary import Reason, WorkerRole
 
 WARM_PREFIX = "warm:"  # the group of one added model's placement and load
+RELOAD_PREFIX = "reload:"  # the group of one router host's reload of a replaced entry model
 
 
 def warm_group(model_id: str) -> str:
     return WARM_PREFIX + model_id
+
+
+def reload_group(model_id: str, worker_id: str) -> str:
+    return f"{RELOAD_PREFIX}{model_id}@{worker_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +44,23 @@ class SwapPlan:
     retiered: tuple[str, ...]  # same id and source, another declared tier: changed after the cut-over
     warm: tuple[Command, ...]  # place and load added models beside the old ones, before the drain
     deferred: tuple[str, ...]  # added models that only fit once removed ones are gone: placed after
+    reload: tuple[Command, ...] = ()  # a replaced entry model: reloaded on its router hosts after the drain
+    restore: tuple[Command, ...] = ()  # the old entry model loaded again on those hosts, if a reload fails
 
     @property
     def warmed(self) -> tuple[str, ...]:
-        return tuple(c.command.model_id for c in self.warm if isinstance(c, Control))
+        """The models loaded before the cut-over: the added ones, and a reloaded entry model."""
+        loads = (c.command.model_id for c in (*self.warm, *self.reload) if isinstance(c, Control))
+        return tuple(dict.fromkeys(m for m in loads))
+
+    @property
+    def reloaded(self) -> frozenset[tuple[str, str]]:
+        """(model id, worker id) of every reload: those copies are the new manifest's already."""
+        return frozenset(
+            (c.command.model_id, c.worker_id)
+            for c in self.reload
+            if isinstance(c, Control) and c.command.action == "load"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +97,16 @@ def plan_swap(
         if spec.id not in added:
             continue
         need = footprint(spec, state.cluster)
-        worker_id, _ = choose(spec, need, workers, held)
+        role = host_role(new, spec.id)
+        candidates = [w for w in workers if w.role is role]
+        if role is WorkerRole.ROUTER and candidates:  # a new entry model: a copy on every router host
+            copies, _ = fits_everywhere(spec, need, candidates, held)
+            held.extend(copies)
+            for copy in copies:
+                group = warm_group(spec.id)
+                warm.extend(place(spec, copy.worker_id, to_version, Reason.MANIFEST_SWAP, group, cause=cause, now=now))
+            continue
+        worker_id, _ = choose(spec, need, candidates, held)
         if worker_id is None:
             deferred.append(spec.id)
             continue
@@ -88,7 +121,53 @@ def plan_swap(
         retiered=retiered,
         warm=tuple(warm),
         deferred=tuple(deferred),
+        reload=tuple(reload_entry(state, new, replaced, to_version, now, cause)),
+        restore=tuple(restore_entry(state, old, new, replaced, now, cause)) if old is not None else (),
     )
+
+
+def _entry_hosts(state: ControlState, new: Manifest, replaced: tuple[str, ...], now: datetime) -> list[str]:
+    """The live router hosts holding the entry model, when the new manifest replaces its source."""
+    entry = new.routing.entry
+    model = state.cluster.models.get(entry)
+    if entry not in replaced or model is None:
+        return []
+    return [
+        w.worker_id for w in hosts(state, state.live_workers(now), WorkerRole.ROUTER) if w.worker_id in model.placements
+    ]
+
+
+def reload_entry(
+    state: ControlState, new: Manifest, replaced: tuple[str, ...], version: int, now: datetime, cause: str
+) -> list[Command]:
+    """A replaced entry model, on each live router host that holds it: unload the old copy, place and
+    load the new one (run after the drain, before the cut-over)."""
+    entry = new.routing.entry
+    spec = new.model(entry)
+    commands: list[Command] = []
+    for worker_id in _entry_hosts(state, new, replaced, now):
+        group = reload_group(entry, worker_id)
+        unload = ControlCommand(action="unload", model_id=entry, reason=Reason.MANIFEST_SWAP, manifest_version=version)
+        commands.append(Control(worker_id, unload, tier=Tier.UNLOADED, group=group))
+        commands.extend(place(spec, worker_id, version, Reason.MANIFEST_SWAP, group, cause=cause, now=now))
+    return commands
+
+
+def restore_entry(
+    state: ControlState, old: Manifest, new: Manifest, replaced: tuple[str, ...], now: datetime, cause: str
+) -> list[Command]:
+    """Undo ``reload_entry``: the old entry model placed and loaded again where it was reloaded."""
+    entry = new.routing.entry
+    if entry not in old.model_ids:
+        return []
+    spec = old.model(entry)
+    version = state.cluster.manifest_version
+    commands: list[Command] = []
+    for worker_id in _entry_hosts(state, new, replaced, now):
+        group = f"restore:{entry}@{worker_id}"
+        reason = Reason.MANIFEST_SWAP_ABORTED
+        commands.extend(place(spec, worker_id, version, reason, group, cause=f"{cause}/restore", now=now))
+    return commands
 
 
 def undo_warm(plan: SwapPlan) -> list[Command]:
@@ -108,12 +187,15 @@ def undo_warm(plan: SwapPlan) -> list[Command]:
 
 
 def after_cutover(state: ControlState, new: Manifest, plan: SwapPlan, now: datetime) -> list[Command]:
-    """Unload dropped and replaced models; move kept models whose declared tier changed."""
+    """Unload dropped and replaced models (but not the copies reloaded before the cut-over); move
+    kept models whose declared tier changed."""
     commands: list[Command] = []
     version = plan.to_version
     for model_id in (*plan.removed, *plan.replaced):
         model = state.cluster.models.get(model_id)
         for worker_id in sorted(model.placements if model is not None else {}):
+            if (model_id, worker_id) in plan.reloaded:
+                continue
             command = ControlCommand(
                 action="unload", model_id=model_id, reason=Reason.MANIFEST_SWAP, manifest_version=version
             )

@@ -8,9 +8,10 @@ log at that moment. No I/O and no clock: timings are differences of the ``now`` 
 and its events carry ids derived from the swap's cause.
 
     warming ──every warm-up group ran──▶ draining ──the old version's requests are done,
-       │                                    │          or drain.timeout──▶ cutting over
-       │ a warm-up failed                   │ DrainStarted not sent          │ ManifestApplied not sent
-       ▼                                    ▼                                ▼
+       │                                    │          or drain.timeout──▶ (reloading) ──▶ cutting over
+       │ a warm-up failed                   │ DrainStarted not sent   │ a reload failed: │ ManifestApplied not sent
+       │                                    │                         │ restore the old  │
+       ▼                                    ▼                         ▼                  ▼
     aborted: undo the warm-up        aborted: DrainCompleted aborted, undo the warm-up
                                                           cutting over ──the log shows v+1──▶ done
 
@@ -20,6 +21,9 @@ and its events carry ids derived from the swap's cause.
   shows the drain, ``ADMISSION_SETTLE_S`` more (requests admitted just before the gateway saw
   it get recorded), and no request admitted under the old version is in flight, or until
   ``drain.timeout`` has passed (those still running are abandoned);
+- reloading (a router change only): the replaced entry model is unloaded and loaded anew on
+  each router host that holds it (``SwapPlan.reload``), while new requests are still held;
+  a failure aborts the swap and loads the old router again there (``SwapPlan.restore``);
 - cutting over: ``ManifestApplied`` v+1, then ``DrainCompleted``; once the log shows v+1, the
   models the new manifest drops or replaces are unloaded and re-tiered ones moved
   (``after_cutover``) and the swap is done. A first manifest (v0 -> v1) has no drain.
@@ -34,7 +38,7 @@ from enum import StrEnum
 from nrt.events import DrainCompleted, DrainStarted, ManifestApplied, derived_event_id
 from nrt.manifest import Manifest
 from nrt.policies.model import Command, ControlState, Emit, Tick
-from nrt.policies.swap import WARM_PREFIX, SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
+from nrt.policies.swap import RELOAD_PREFIX, WARM_PREFIX, SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
 from nrt.protocol import ApplyResult
 from nrt.vocabulary import ApplyOutcome, DrainOutcome
 
@@ -48,6 +52,7 @@ ABORT_GROUP = "swap:aborted"
 class SwapPhase(StrEnum):
     WARMING = "warming"
     DRAINING = "draining"
+    RELOADING = "reloading"
     CUTTING_OVER = "cutting_over"
     DONE = "done"
     ABORTED = "aborted"
@@ -89,6 +94,7 @@ class Swap:
     plan: SwapPlan | None = None  # None: nothing to do (unchanged) or it does not fit
     warming: frozenset[str] = frozenset()  # warm-up groups still running
     warm_failure: GroupRan | None = None  # the first warm-up group that failed
+    reloading: frozenset[str] = frozenset()  # reload groups still running
     drain_started_at: datetime | None = None
     drain_seen_at: datetime | None = None  # when the log first showed the drain
     outcome: DrainOutcome | None = None
@@ -162,6 +168,14 @@ def _ran(swap: Swap, view: ControlState, ran: GroupRan, now: datetime) -> SwapSt
         return _warmed(swap, view, now)
     if swap.phase is SwapPhase.DRAINING and ran.group == DRAIN_GROUP and not ran.ok:
         return _abort(swap, now, f"the drain could not start ({ran.error})")
+    if swap.phase is SwapPhase.RELOADING and ran.group in swap.reloading:
+        if not ran.ok:
+            where = ran.group.removeprefix(RELOAD_PREFIX)
+            status = ran.status if 400 <= ran.status < 500 else 503  # a 4xx: the new source does not load
+            why = f"could not reload {where} for manifest v{swap.to_version} ({ran.error})"
+            return _abort(swap, now, why, status)
+        swap = replace(swap, reloading=swap.reloading - {ran.group})
+        return SwapStep(swap) if swap.reloading else _cut_over(swap, now)
     if swap.phase is SwapPhase.CUTTING_OVER and ran.group == CUTOVER_GROUP:
         if swap.event_id(ManifestApplied.__name__) not in ran.published:
             return _abort(swap, now, f"the cut-over failed ({ran.error})")
@@ -209,17 +223,26 @@ def _drain(swap: Swap, view: ControlState, now: datetime) -> SwapStep:
     left = cluster.in_flight_under(swap.from_version)
     settled = seen is not None and _seconds(seen, now) >= ADMISSION_SETTLE_S
     if settled and left == 0:
-        return _cut_over(swap, now, DrainOutcome.DRAINED, 0)
+        return _drained(swap, now, DrainOutcome.DRAINED, 0)
     if _seconds(swap.drain_started_at or now, now) >= swap.manifest.drain.timeout:
-        return _cut_over(swap, now, DrainOutcome.DRAINED if left == 0 else DrainOutcome.TIMED_OUT, left)
+        return _drained(swap, now, DrainOutcome.DRAINED if left == 0 else DrainOutcome.TIMED_OUT, left)
     return SwapStep(swap)
 
 
-def _cut_over(swap: Swap, now: datetime, outcome: DrainOutcome, abandoned: int) -> SwapStep:
+def _drained(swap: Swap, now: datetime, outcome: DrainOutcome, abandoned: int) -> SwapStep:
+    """The drain is over: reload a replaced entry model first (new requests are still held), then cut over."""
     waited_ms = _seconds(swap.drain_started_at or now, now) * 1e3
-    swap = replace(
-        swap, phase=SwapPhase.CUTTING_OVER, outcome=outcome, waited_ms=waited_ms, abandoned=abandoned, cut_at=now
-    )
+    swap = replace(swap, outcome=outcome, waited_ms=waited_ms, abandoned=abandoned)
+    reload = swap.plan.reload if swap.plan is not None else ()
+    if not reload:
+        return _cut_over(swap, now)
+    groups = frozenset(c.group for c in reload)
+    return SwapStep(replace(swap, phase=SwapPhase.RELOADING, reloading=groups), reload)
+
+
+def _cut_over(swap: Swap, now: datetime) -> SwapStep:
+    outcome = swap.outcome or DrainOutcome.DRAINED  # set when the drain ended
+    swap = replace(swap, phase=SwapPhase.CUTTING_OVER, cut_at=now)
     completed = _drain_completed(swap, now, outcome)
     # one group: DrainCompleted only follows a ManifestApplied that was sent
     return SwapStep(swap, (Emit(_manifest_applied(swap, now), CUTOVER_GROUP), Emit(completed, CUTOVER_GROUP)))
@@ -255,7 +278,7 @@ def _abort_warm_up(swap: Swap, failed: GroupRan) -> SwapStep:
     return SwapStep(aborted, undo)
 
 
-def _abort(swap: Swap, now: datetime, why: str) -> SwapStep:
+def _abort(swap: Swap, now: datetime, why: str, status: int = 503) -> SwapStep:
     """The cut-over did not happen: end the drain (if one began) as aborted, undo the warm-up."""
     commands: list[Command] = []
     if swap.drain_started_at is not None:
@@ -263,9 +286,11 @@ def _abort(swap: Swap, now: datetime, why: str) -> SwapStep:
             swap = replace(swap, waited_ms=_seconds(swap.drain_started_at, now) * 1e3)
         commands.append(Emit(_drain_completed(swap, now, DrainOutcome.ABORTED), ABORT_GROUP))
     commands += undo_warm(swap.plan) if swap.plan is not None else []
+    if swap.phase is SwapPhase.RELOADING and swap.plan is not None:
+        commands += swap.plan.restore  # the old router back where a reload was tried
     message = f"{why}; manifest v{swap.from_version} is still serving"
     aborted = replace(
-        swap, phase=SwapPhase.ABORTED, outcome=DrainOutcome.ABORTED, failure=SwapFailure("swap_failed", message, 503)
+        swap, phase=SwapPhase.ABORTED, outcome=DrainOutcome.ABORTED, failure=SwapFailure("swap_failed", message, status)
     )
     return SwapStep(aborted, tuple(commands))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nrt.events import RouterFired
+from nrt.events import RequestRouted, RouterFired
 from nrt.manifest import Manifest, Tier
 from nrt.policies.bookkeeping import note_sent
 from nrt.policies.eviction import make_resident
@@ -18,8 +18,10 @@ from nrt.policies.model import Command, ControlState
 from nrt.policies.placement import where
 from nrt.vocabulary import Reason
 
+Fired = RequestRouted | RouterFired  # the entry model classified a request (RouterFired: older logs)
 
-def warm_targets(manifest: Manifest, fired: RouterFired) -> list[tuple[str, Reason]]:
+
+def warm_targets(manifest: Manifest, fired: Fired) -> list[tuple[str, Reason]]:
     """(model id, reason) of every model this firing should warm, in manifest order, without repeats."""
     targets: dict[str, Reason] = {}
     for spec in manifest.models:
@@ -33,7 +35,7 @@ def warm_targets(manifest: Manifest, fired: RouterFired) -> list[tuple[str, Reas
     return list(targets.items())
 
 
-def co_activate(state: ControlState, manifest: Manifest, fired: RouterFired, now: datetime) -> list[Command]:
+def co_activate(state: ControlState, manifest: Manifest, fired: Fired, now: datetime) -> list[Command]:
     if (now - fired.occurred_at).total_seconds() > state.tuning.stale_s:
         return []  # an old event (a backlog replayed after a restart) warms nothing
     commands: list[Command] = []

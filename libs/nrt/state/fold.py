@@ -21,6 +21,7 @@ from nrt.events import (
     RequestCompleted,
     RequestDispatched,
     RequestFailed,
+    RequestRouted,
     RouterFired,
     SessionClosed,
     SessionKvEvicted,
@@ -108,6 +109,7 @@ def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
         accelerator_bytes=e.accelerator_bytes,
         providers=e.providers,
         joined_at=e.occurred_at,
+        role=e.role,
     )
     return replace(state, workers=_with(state.workers, e.worker_id, worker))
 
@@ -207,7 +209,8 @@ def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
     )
 
 
-def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
+def _classified(state: ClusterState, e: RouterFired | RequestRouted) -> ClusterState:
+    """The entry model fired: it was used, and chose an intent (or none)."""
     label = e.intent if e.intent is not None else "<none>"
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
@@ -219,8 +222,18 @@ def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
     )
 
 
+def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
+    return _classified(state, e)
+
+
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
     return replace(state, counters=_count(state.counters, dispatches=1))
+
+
+def _request_routed(state: ClusterState, e: RequestRouted) -> ClusterState:
+    """The decision and the dispatch in one event: it folds as the two events it replaces."""
+    after = _classified(state, e)
+    return replace(after, counters=_count(after.counters, dispatches=1))
 
 
 def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState:
@@ -263,6 +276,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
     RequestAdmitted: _request_admitted,
     RouterFired: _router_fired,
     RequestDispatched: _request_dispatched,
+    RequestRouted: _request_routed,
     RequestCompleted: _request_completed,
     RequestFailed: _request_failed,
 }

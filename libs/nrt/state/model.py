@@ -6,7 +6,7 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 
 import msgspec
 
-from nrt.vocabulary import Tier
+from nrt.vocabulary import Tier, WorkerRole
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +52,7 @@ class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
     providers: tuple[str, ...] = ()
     joined_at: datetime
     alive: bool = True
+    role: WorkerRole = WorkerRole.SPECIALIST
 
 
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
