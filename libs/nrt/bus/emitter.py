@@ -7,6 +7,10 @@ RequestCompleted), and the acknowledgements are checked as they arrive. The even
 the message id, so a re-sent event is stored once. ``flush`` and ``close`` wait for the
 queue and the outstanding acknowledgements; an event that is not acknowledged within
 ``ack_timeout`` is logged and counted as lost, never silently dropped.
+
+With an :class:`~nrt.bus.outbox.Outbox`, ``emit`` first appends the event to it (one write,
+no wait), and the acknowledgement settles it: a process killed right after a request keeps
+its events there, and the next process of the service to start sends them again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from nats.aio.client import Client
 from nats.js.api import PubAck
 
 from nrt.bus import subjects
+from nrt.bus.outbox import Outbox
 from nrt.bus.tracing import inject
 from nrt.events import Event, encode
 
@@ -27,12 +32,15 @@ log = logging.getLogger("nrt.bus.emitter")
 
 
 class EventEmitter:
-    def __init__(self, nc: Client, ack_timeout: float = 5.0, max_queued: int = 100_000) -> None:
+    def __init__(
+        self, nc: Client, ack_timeout: float = 5.0, max_queued: int = 100_000, outbox: Outbox | None = None
+    ) -> None:
         self.js = nc.jetstream(timeout=ack_timeout)
+        self.outbox = outbox
         self.ack_timeout = ack_timeout
         self.sent = 0  # acknowledged by the stream
         self.lost = 0  # not queued (queue full), not sent, or not acknowledged in time
-        self._queue: asyncio.Queue[tuple[Event, dict[str, str]]] = asyncio.Queue(max_queued)
+        self._queue: asyncio.Queue[tuple[Event, bytes, dict[str, str]]] = asyncio.Queue(max_queued)
         self._pending: dict[asyncio.Future[PubAck], tuple[Event, float]] = {}
         self._outstanding = 0  # emitted, not yet acknowledged or lost
         self._idle = asyncio.Event()
@@ -41,12 +49,26 @@ class EventEmitter:
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._expire_loop())]
+        if self.outbox is not None:
+            adopted = 0
+            for event in self.outbox.adopt():  # a crashed predecessor's events: sent again
+                self.emit(event)
+                adopted += 1
+            if adopted:
+                log.warning("sending again %d event(s) that a stopped process had not seen stored", adopted)
 
     def emit(self, event: Event) -> None:
-        """Queue ``event`` for publishing, with the current trace context; never blocks."""
+        """Queue ``event`` for publishing, with the current trace context; never blocks (with an
+        outbox, the event is written there first)."""
         headers = inject({"Nats-Msg-Id": event.event_id})
+        data = encode(event)
+        if self.outbox is not None:
+            try:
+                self.outbox.add(event.event_id, data)
+            except OSError as exc:  # a full disk must not fail the request: publish it all the same
+                log.error("could not keep %s %s in the outbox: %s", event.type, event.event_id, exc)
         try:
-            self._queue.put_nowait((event, headers))
+            self._queue.put_nowait((event, data, headers))
             self._outstanding += 1
             self._idle.clear()
         except asyncio.QueueFull:
@@ -69,6 +91,8 @@ class EventEmitter:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.outbox is not None:  # what is still unsettled stays for the next start
+            self.outbox.close(remove=self.outbox.outstanding == 0)
 
     def _settle(self) -> None:
         self._outstanding -= 1
@@ -77,10 +101,10 @@ class EventEmitter:
 
     async def _send_loop(self) -> None:
         while True:
-            event, headers = await self._queue.get()
+            event, data, headers = await self._queue.get()
             try:
                 future = await self.js.publish_async(
-                    subjects.event(event.type), encode(event), headers=headers, wait_stall=self.ack_timeout
+                    subjects.event(event.type), data, headers=headers, wait_stall=self.ack_timeout
                 )
                 self._pending[future] = (event, time.monotonic())
                 future.add_done_callback(self._acknowledged)
@@ -98,6 +122,8 @@ class EventEmitter:
                 log.error("event %s %s was not stored: %s", event.type, event.event_id, reason)
         else:
             self.sent += 1
+            if event is not None and self.outbox is not None:
+                self.outbox.settle(event.event_id)
         self._settle()
 
     async def _expire_loop(self) -> None:
