@@ -16,9 +16,10 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+import uvloop
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
@@ -27,6 +28,8 @@ from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
 log = logging.getLogger("nrt.service")
+
+T = TypeVar("T")
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
@@ -107,12 +110,18 @@ def configure_logging(name: str, level: LogLevel) -> None:
     )
 
 
+def run_loop(main: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
+    """Run ``main`` to completion on a new event loop: uvloop's (``NRT_UVLOOP``, on by default), else asyncio's."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if use_uvloop else None) as runner:
+        return runner.run(main)
+
+
 def main(name: str, body: ServiceBody) -> None:
     """``python -m <service>``: run the service in the foreground; a bad setting exits 2 naming its variable."""
     try:
         settings = Settings.from_env()
         configure_logging(name, settings.log_level)
-        asyncio.run(run_service(name, body, settings))
+        run_loop(run_service(name, body, settings), settings.uvloop)
     except SettingsError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         sys.exit(2)

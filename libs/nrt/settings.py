@@ -80,6 +80,11 @@ class Settings(BaseSettings):
         validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
         description="export traces over OTLP/HTTP to this endpoint when set",
     )
+    uvloop: bool = Field(
+        default=True,
+        description="`0`: the services run on asyncio's own event loop instead of uvloop (`bench.gateway` "
+        "measures both)",
+    )
 
     @model_validator(mode="before")
     @classmethod

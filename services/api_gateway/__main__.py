@@ -13,7 +13,7 @@ import uvicorn
 
 from api_gateway.app import create_app
 from api_gateway.settings import GatewaySettings
-from nrt.service import configure_logging
+from nrt.service import configure_logging, run_loop
 from nrt.settings import SettingsError
 from nrt.telemetry import setup_tracing
 
@@ -33,6 +33,7 @@ async def serve(settings: GatewaySettings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        loop="uvloop" if settings.uvloop else "asyncio",  # what this process runs on (see run_loop)
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -49,4 +50,4 @@ if __name__ == "__main__":
         print(f"{SERVICE}: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(SERVICE, settings.log_level)
-    asyncio.run(serve(settings))
+    run_loop(serve(settings), settings.uvloop)
