@@ -6,9 +6,11 @@ inference engine. ``nrt.inference`` takes its chat message, usage and timings fr
 Subjects are in ``nrt.bus.subjects``. Request/reply and streaming helpers, with explicit
 error frames, are in ``nrt.bus.rpc``.
 
-- ``nrt.route`` (gateway -> router_svc): a ``RouteRequest``; replies stream to the
-  gateway's inbox: first a ``Dispatch`` frame from router_svc (for routed requests), then
-  ``GenerateChunk`` frames straight from the worker that answers. Both are ``InboxFrame``.
+- ``nrt.route`` (gateway -> router_svc): a ``RouteRequest``; router_svc classifies it with the
+  entry model in its own process and forwards a ``GenerateRequest`` carrying its ``Dispatch``
+  to the target, with the gateway's inbox as reply subject: ``GenerateChunk`` frames stream
+  straight from the worker that answers, the first one carrying the ``Dispatch`` back. Three
+  transits: gateway -> router_svc -> worker -> gateway.
 - ``nrt.infer.<model_id>`` (-> workers, queue group ``nrt-workers``): an ``InferRequest``:
   ``GenerateRequest`` streams ``GenerateChunk`` frames to the reply subject;
   ``ClassifyRequest`` answers one ``ClassifyReply``; ``EmbedRequest`` one ``EmbedReply``.
@@ -23,7 +25,7 @@ from typing import Literal
 
 import msgspec
 
-from nrt.vocabulary import ApplyOutcome, Reason, Tier
+from nrt.vocabulary import ApplyOutcome, Reason, Tier, WorkerRole
 from nrt.vocabulary import FinishReason as FinishReason  # the engine's and the wire's one type
 
 # -- the pieces of a conversation and of an answer (the engine in nrt.inference uses them too) --
@@ -80,18 +82,26 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):
-    """router_svc's decision, sent to the gateway's inbox before the specialist's tokens."""
+    """router_svc's decision: it travels with the forwarded ``GenerateRequest`` and comes back to the
+    gateway on the answer's first chunk (no message of its own).
+
+    ``received_at`` / ``sent_at`` are router_svc's wall clock (unix seconds) when the request
+    arrived and when it was forwarded: with the gateway's and the worker's stamps they split a
+    request's time into transits and each service's own work (on one host, or with synced clocks).
+    """
 
     request_id: str
     entry_model: str
     intent: str | None  # None: no label was confident enough
     target: str  # the model that answers
     scores: dict[str, float]
-    router_ms: float  # time the entry model took to classify
+    router_ms: float  # router_svc's own time for the request, from its arrival to the dispatch
     rule: str
     confidence: float | None = None  # the entry model's confidence in its best allowed label
     router_worker_id: str | None = None  # the worker that classified
     router_compute_ms: float | None = None  # the classification time that worker reports
+    received_at: float | None = None  # unix time the route request reached router_svc
+    sent_at: float | None = None  # unix time router_svc forwarded it
 
 
 # -- -> workers ------------------------------------------------------------------------
@@ -106,6 +116,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     params: SamplingParams = SamplingParams()
     session_id: str | None = None
     stream: bool = True  # False: the worker sends the whole answer as one chunk, not a message per token
+    route: Dispatch | None = None  # a routed request: the router's decision, returned on the first chunk
 
 
 class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
@@ -120,9 +131,14 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
     usage: Usage | None = None
     timings: Timings | None = None
     cold_start_ms: float | None = None  # set when this request had to promote the model first
+    route: Dispatch | None = None  # the first chunk of a routed request: the router's decision
+    received_at: float | None = None  # unix time the request reached the worker
+    sent_at: float | None = None  # unix time the worker sent this chunk
 
 
-InboxFrame = Dispatch | GenerateChunk
+InboxFrame = GenerateChunk
+"""What a request's inbox receives: the answer's chunks (the first of a routed answer carries the
+``Dispatch``), or an error frame (``Nrt-Frame: error``)."""
 
 
 class ClassifyRequest(msgspec.Struct, frozen=True, kw_only=True, tag="classify"):
@@ -198,6 +214,7 @@ class HostedModel(msgspec.Struct, frozen=True, kw_only=True):
 
 class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
+    role: WorkerRole = WorkerRole.SPECIALIST
     host: str
     cpu_count: int
     ram_bytes: int  # memory the worker may use for models

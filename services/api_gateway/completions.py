@@ -33,7 +33,7 @@ from api_gateway.validate import SESSION_HEADER, ChatCall, check_model, validate
 from nrt.bus import tracing
 from nrt.bus.errors import RemoteError
 from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
-from nrt.protocol import Dispatch, RouteRequest
+from nrt.protocol import RouteRequest
 
 tracer = trace.get_tracer("api_gateway")
 
@@ -71,24 +71,20 @@ class Flight:
             session_id=self.call.session_id,
             stream=self.call.stream,
         )
-        t.sent_at = time.perf_counter()
+        t.sent_at, t.sent_wall = time.perf_counter(), time.time()
         await self.exchange.open(route)
         if not t.routed:
             self.exchange.expect(self.call.model)
 
     async def next_text(self) -> str | None:
         """The text of the next chunk ('' for a chunk without text); None at the end."""
-        while True:
-            frame = await self.exchange.next()
-            now = time.perf_counter()
-            if frame is None:
-                return None
-            if isinstance(frame, Dispatch):
-                self.transcript.on_dispatch(frame, now)
-                self.span.set_attribute("nrt.intent", frame.intent or "")
-                self.span.set_attribute("nrt.target", frame.target)
-                continue
-            return self.transcript.on_chunk(frame, now)
+        chunk = await self.exchange.next()
+        if chunk is None:
+            return None
+        if chunk.route is not None:  # the first chunk of a routed answer: the router's decision
+            self.span.set_attribute("nrt.intent", chunk.route.intent or "")
+            self.span.set_attribute("nrt.target", chunk.route.target)
+        return self.transcript.on_chunk(chunk, time.perf_counter(), time.time())
 
     def complete(self) -> None:
         t = self.transcript
@@ -147,8 +143,8 @@ class Flight:
 async def chat_completions(
     data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
 ) -> Response[ChatCompletion] | Response[ErrorResponse] | Stream:
-    started = time.perf_counter()
-    created = int(time.time())
+    started, started_wall = time.perf_counter(), time.time()
+    created = int(started_wall)
     span = tracer.start_span(
         "POST /v1/chat/completions", context=tracing.extract(dict(request.headers)), kind=SpanKind.SERVER
     )
@@ -173,6 +169,7 @@ async def chat_completions(
             session_id=call.session_id,
             started=started,
             created=created,
+            started_wall=started_wall,
         )
         flight = Flight(runtime, bus, call, transcript, span)
         headers = {"X-NRT-Request-Id": request_id}

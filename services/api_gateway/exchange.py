@@ -4,9 +4,9 @@ The gateway subscribes once to a wildcard under its own inbox prefix (:class:`In
 each request takes one subject below it. No SUB/UNSUB per request: in a NATS cluster those
 would spread interest changes to every server for each request.
 
-router_svc answers on the inbox with a ``Dispatch`` frame (routed requests), then the
-worker streams ``GenerateChunk`` frames to the same inbox, the last one marked as such
-(or followed by an ``end`` frame). Every wait has a deadline: the first frame within
+router_svc forwards the request to the model that answers with this inbox as reply subject:
+that worker streams ``GenerateChunk`` frames here, the last one marked as such (or followed by
+an ``end`` frame); the first chunk of a routed answer carries router_svc's ``Dispatch``. Every wait has a deadline: the first frame within
 ``route_timeout``, each next one within ``idle_timeout``, the whole request within
 ``request_timeout``. A missed deadline, an error frame or a no-responders status raises
 RemoteError; nothing waits forever.
@@ -26,7 +26,7 @@ from nats.aio.subscription import Subscription
 from api_gateway.settings import GatewaySettings
 from nrt.bus import rpc, subjects, tracing
 from nrt.bus.errors import DeadlineExceeded, RemoteError
-from nrt.protocol import Dispatch, InboxFrame, RouteRequest
+from nrt.protocol import InboxFrame, RouteRequest
 
 _frames: msgspec.json.Decoder[Any] = msgspec.json.Decoder(InboxFrame)
 
@@ -63,7 +63,9 @@ class RouteExchange:
     def __init__(self, nc: Client, inboxes: Inboxes, settings: GatewaySettings) -> None:
         self.nc, self.inboxes, self.settings = nc, inboxes, settings
         self.inbox, self.queue = inboxes.open()
-        self.source = subjects.ROUTE  # who is expected to speak next (for error messages)
+        # who is expected to speak next (for error messages): before the first chunk, router_svc or
+        # the worker it forwarded the request to (the first chunk says which)
+        self.source = f"{subjects.ROUTE} or the model it routed the request to"
         self.frames = 0
         self.finished = False  # the last frame has come
         self._deadline = time.monotonic() + settings.request_timeout
@@ -96,12 +98,12 @@ class RouteExchange:
             frame: InboxFrame = _frames.decode(payload)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise RemoteError("bad_reply", f"an invalid frame from {self.source}: {exc}", 502) from exc
-        if isinstance(frame, Dispatch):
-            self.source = subjects.infer(frame.target)
+        if frame.route is not None:
+            self.source = subjects.infer(frame.route.target)
         return frame
 
     def expect(self, model: str) -> None:
-        """A direct call: router_svc forwards it to ``model`` without a Dispatch frame."""
+        """A direct call: router_svc forwards it to ``model`` without a decision."""
         self.source = f"{subjects.ROUTE} -> {subjects.infer(model)}"
 
     def close(self) -> None:

@@ -92,10 +92,31 @@ class Hop(msgspec.Struct, kw_only=True):
     role: Literal["router", "specialist"]
     model: str
     worker_id: str | None
-    latency_ms: float  # router: classification round trip; specialist: dispatch -> last token
+    latency_ms: float  # router: router_svc's own time (classification included); specialist: dispatch -> last token
     ttft_ms: float | None = None  # specialist: dispatch -> first token
     compute_ms: float | None = None  # the model time the worker reports
     cold_start_ms: float | None = None  # the model had to be promoted first
+    own_ttft_ms: float | None = None  # specialist: its worker's own time from the request to its first chunk
+
+
+class Breakdown(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where one request's time went, hop by hop: each transit and each service's own work (ms).
+
+    From the stamps the frames carry (wall clocks of the gateway, router_svc and the worker:
+    exact on one host, as good as the clocks' sync across hosts). A direct call has no router
+    hop: ``to_worker_ms`` then covers gateway -> router_svc -> worker.
+    """
+
+    gateway_in_ms: float  # the gateway's own work: request received -> route request sent
+    to_router_ms: float | None = None  # transit: gateway -> router_svc
+    router_ms: float | None = None  # router_svc's own work, the classification included
+    to_worker_ms: float | None = None  # transit: router_svc -> the answering worker
+    worker_first_ms: float | None = None  # the worker's own work to its first chunk
+    worker_ms: float | None = None  # the worker's own work to its last chunk
+    first_back_ms: float | None = None  # transit: the first chunk, worker -> gateway
+    back_ms: float | None = None  # transit: the last chunk, worker -> gateway
+    gateway_out_ms: float  # the gateway's own work: last chunk received -> response built
+    total_ms: float  # request received -> response built, as the gateway saw it
 
 
 class NrtInfo(msgspec.Struct, kw_only=True):
@@ -112,6 +133,7 @@ class NrtInfo(msgspec.Struct, kw_only=True):
     hops: list[Hop]
     latency_ms: float  # received -> last token
     ttft_ms: float | None  # received -> first token
+    breakdown: Breakdown | None = None  # the same time, hop by hop
 
 
 class ChatCompletion(msgspec.Struct, kw_only=True):

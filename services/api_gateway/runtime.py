@@ -23,6 +23,7 @@ from nrt.bus.broker import start_broker
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
+from nrt.bus.outbox import Outbox
 from nrt.events import CONTROL_PLANE
 
 log = logging.getLogger("api_gateway")
@@ -74,7 +75,7 @@ class Runtime:
             except Exception as exc:  # JetStream not ready yet
                 log.warning("cannot follow the event stream yet: %s", exc)
                 await asyncio.sleep(1.0)
-        emitter = EventEmitter(nc)
+        emitter = EventEmitter(nc, outbox=Outbox.open(self.settings.home, "api_gateway"))
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()

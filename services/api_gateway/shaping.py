@@ -2,8 +2,10 @@
 
 The router hop is shown as a ``dispatch_to_specialist`` tool call (arguments: intent,
 target) on the assistant message, next to the specialist's answer; the ``nrt`` block
-names the entry and final models, the intent and every hop with its latency and time
-to first token. Times are passed in (``time.perf_counter()`` seconds) by the caller.
+names the entry and final models, the intent, every hop with its latency and time to
+first token, and the breakdown of the request's time into transits and each service's own
+work. Times are passed in by the caller: ``time.perf_counter()`` seconds for the gateway's
+own durations, unix seconds (``wall``) where they meet the other services' stamps.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import msgspec
 
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import (
+    Breakdown,
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
@@ -38,6 +41,11 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
+def _span(since: float | None, until: float | None) -> float | None:
+    """Milliseconds between two unix times (of two processes' clocks: never below 0), if both are known."""
+    return _ms(max(0.0, until - since)) if since is not None and until is not None else None
+
+
 class Transcript:
     """Everything one request has received so far, and its shapes."""
 
@@ -51,16 +59,21 @@ class Transcript:
         session_id: str | None,
         started: float,
         created: int,
+        started_wall: float = 0.0,
     ) -> None:
         self.request_id, self.model, self.routed = request_id, model, routed
         self.manifest_version, self.session_id = manifest_version, session_id
         self.started, self.created = started, created
+        self.started_wall = started_wall  # unix time the request was received
         self.sent_at = started  # when the request left for the router (set by the caller)
+        self.sent_wall = started_wall  # the same, unix time
         self.dispatch: Dispatch | None = None
-        self.dispatched_at: float | None = None
         self.first_token_at: float | None = None
         self.last_at: float | None = None
+        self.first_wall: float | None = None  # unix time the first chunk arrived
+        self.last_wall: float | None = None  # and the last
         self.parts: list[str] = []
+        self.first: GenerateChunk | None = None
         self.last: GenerateChunk | None = None
 
     @property
@@ -83,14 +96,15 @@ class Transcript:
     def finished(self) -> bool:
         return self.last is not None and self.last.finish_reason is not None
 
-    def on_dispatch(self, dispatch: Dispatch, at: float) -> None:
-        self.dispatch, self.dispatched_at = dispatch, at
+    def on_chunk(self, chunk: GenerateChunk, at: float, wall: float) -> str:
+        """Record ``chunk``, received at ``at`` (perf counter) and ``wall`` (unix time); returns the text it adds.
 
-    def on_chunk(self, chunk: GenerateChunk, at: float) -> str:
-        """Record ``chunk``; returns the text it adds."""
-        if self.first_token_at is None:
-            self.first_token_at = at
-        self.last, self.last_at = chunk, at
+        The first chunk of a routed answer carries the router's decision (``route``)."""
+        if chunk.route is not None:
+            self.dispatch = chunk.route
+        if self.first is None:
+            self.first, self.first_token_at, self.first_wall = chunk, at, wall
+        self.last, self.last_at, self.last_wall = chunk, at, wall
         if chunk.text:
             self.parts.append(chunk.text)
         return chunk.text
@@ -127,21 +141,40 @@ class Transcript:
                     compute_ms=dispatch.router_compute_ms,
                 )
             )
-        begin = self.dispatched_at if self.dispatched_at is not None else self.sent_at
-        last = self.last
+        # from the dispatch (router_svc's clock) or the gateway's send, to the chunks' arrival (unix times)
+        begin = dispatch.sent_at if dispatch is not None and dispatch.sent_at is not None else self.sent_wall
+        last, first = self.last, self.first
         timings = last.timings if last is not None else None
         hops.append(
             Hop(
                 role="specialist",
                 model=self.final_model,
                 worker_id=last.worker_id if last is not None else None,
-                latency_ms=_ms((self.last_at or begin) - begin),
-                ttft_ms=_ms(self.first_token_at - begin) if self.first_token_at is not None else None,
+                latency_ms=_ms(max(0.0, (self.last_wall or begin) - begin)),
+                ttft_ms=_ms(max(0.0, self.first_wall - begin)) if self.first_wall is not None else None,
                 compute_ms=timings.total_ms if timings is not None else None,
-                cold_start_ms=last.cold_start_ms if last is not None else None,
+                cold_start_ms=first.cold_start_ms if first is not None else None,
+                own_ttft_ms=_span(first.received_at, first.sent_at) if first is not None else None,
             )
         )
         return hops
+
+    def breakdown(self, ended: float) -> Breakdown:
+        """The request's time split into transits and each service's own work (see ``Breakdown``)."""
+        dispatch, first, last = self.dispatch, self.first, self.last
+        forwarded = dispatch.sent_at if dispatch is not None else self.sent_wall
+        return Breakdown(
+            gateway_in_ms=_ms(self.sent_at - self.started),
+            to_router_ms=_span(self.sent_wall, dispatch.received_at) if dispatch is not None else None,
+            router_ms=_span(dispatch.received_at, dispatch.sent_at) if dispatch is not None else None,
+            to_worker_ms=_span(forwarded, first.received_at) if first is not None else None,
+            worker_first_ms=_span(first.received_at, first.sent_at) if first is not None else None,
+            worker_ms=_span(last.received_at, last.sent_at) if last is not None else None,
+            first_back_ms=_span(first.sent_at, self.first_wall) if first is not None else None,
+            back_ms=_span(last.sent_at, self.last_wall) if last is not None else None,
+            gateway_out_ms=_ms(ended - (self.last_at if self.last_at is not None else ended)),
+            total_ms=_ms(ended - self.started),
+        )
 
     def info(self, ended: float) -> NrtInfo:
         dispatch = self.dispatch
@@ -159,6 +192,7 @@ class Transcript:
             hops=self.hops(),
             latency_ms=_ms(ended - self.started),
             ttft_ms=_ms(self.first_token_at - self.started) if self.first_token_at is not None else None,
+            breakdown=self.breakdown(ended),
         )
 
     def finish_reason(self) -> FinishReason:

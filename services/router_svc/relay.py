@@ -2,13 +2,15 @@
 
 Unlike ``rpc.serve_stream``, the handler does not end the stream: the worker that
 answers streams its chunks, the last one marked as such, straight to the gateway's inbox. A
-failing handler sends an error frame there instead, so the gateway never waits it out.
+failing handler sends an error frame there instead, so the gateway never waits it out. The
+handler is told when the request arrived (unix time), for the per-hop breakdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -26,7 +28,7 @@ from nrt.protocol import RouteRequest
 log = logging.getLogger("router_svc")
 tracer = trace.get_tracer("router_svc")
 
-RouteHandler = Callable[[RouteRequest, StreamInbox], Awaitable[None]]
+RouteHandler = Callable[[RouteRequest, StreamInbox, float], Awaitable[None]]  # request, inbox, arrival (unix time)
 
 _decoder = msgspec.json.Decoder(RouteRequest)
 
@@ -53,11 +55,11 @@ class RouteServer:
         if not msg.reply:
             log.warning("dropping a routed request without a reply inbox")
             return
-        task = asyncio.create_task(self._route(msg))
+        task = asyncio.create_task(self._route(msg, time.time()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _route(self, msg: Msg) -> None:
+    async def _route(self, msg: Msg, received_at: float) -> None:
         inbox = StreamInbox(self.nc, msg.reply)
         with tracer.start_as_current_span(
             "router_svc route", context=tracing.extract(msg.headers), kind=SpanKind.SERVER
@@ -69,7 +71,7 @@ class RouteServer:
                     raise BadRequest(f"invalid RouteRequest: {exc}") from exc
                 span.set_attribute("nrt.request_id", request.request_id)
                 span.set_attribute("nrt.model", request.model)
-                await self.handler(request, inbox)
+                await self.handler(request, inbox, received_at)
             except Exception as exc:
                 error = exc if isinstance(exc, RemoteError) else RemoteError("internal", f"{type(exc).__name__}: {exc}")
                 if not isinstance(exc, RemoteError):

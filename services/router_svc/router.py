@@ -1,12 +1,21 @@
-"""Route one request: classify with the entry model, apply the dispatch rule, forward.
+"""Route one request: classify with the entry model in this process, apply the dispatch rule, forward.
 
-The reply inbox is the gateway's: router_svc sends its ``Dispatch`` frame there, then
-forwards a ``GenerateRequest`` with the same inbox as reply subject, so the answering
-worker streams its chunks straight to the gateway.
+router_svc hosts the entry model (it is that model's worker, see ``router_svc.app``), so a
+routed request crosses three transits: gateway -> router_svc -> the target's worker -> gateway.
+The reply inbox is the gateway's: the ``GenerateRequest`` forwarded to the target carries the
+router's ``Dispatch`` and has the gateway's inbox as reply subject, so the answering worker
+streams its chunks straight back, the first one carrying the ``Dispatch``. When the target is
+the entry model itself (no confident intent and no fallback), this process answers, streaming
+to the same inbox. One ``RequestRouted`` event records the decision and the dispatch.
+
+When this instance does not hold the manifest's entry model (still loading it, or holding
+another manifest's router), it asks the entry model's subject instead, as before: slower, but
+the request is served.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from nats.aio.client import Client
@@ -15,25 +24,29 @@ from opentelemetry.trace import SpanKind
 
 from nrt.bus import rpc, subjects
 from nrt.bus.emitter import EventEmitter
-from nrt.bus.errors import BadRequest, RemoteError, Unavailable
+from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
 from nrt.bus.rpc import StreamInbox
-from nrt.events import RequestDispatched, RouterFired
+from nrt.events import RequestRouted
 from nrt.manifest import Manifest
-from nrt.protocol import ClassifyReply, Dispatch, GenerateRequest, RouteRequest
+from nrt.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
 from nrt.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
 from router_svc.manifests import ManifestHistory
 from router_svc.settings import RouterSettings
+from specialist_worker.serving import CANNOT_GENERATE
+from specialist_worker.worker import Worker, stream_answer
 
 tracer = trace.get_tracer("router_svc")
 
-DIRECT_RULE = "direct"
-
 
 class Router:
-    def __init__(self, nc: Client, manifests: ManifestHistory, emitter: EventEmitter, settings: RouterSettings) -> None:
+    def __init__(
+        self, nc: Client, manifests: ManifestHistory, emitter: EventEmitter, host: Worker, settings: RouterSettings
+    ) -> None:
         self.nc, self.manifests, self.emitter, self.settings = nc, manifests, emitter, settings
+        self.host = host  # this instance as the entry model's worker
 
-    async def handle(self, request: RouteRequest, inbox: StreamInbox) -> None:
+    async def handle(self, request: RouteRequest, inbox: StreamInbox, received_at: float) -> None:
+        started = time.perf_counter()
         manifest = await self.manifests.at(request.manifest_version, within=self.settings.manifest_wait)
         call = resolve_model(manifest, request.model)
         if call is None:
@@ -46,53 +59,97 @@ class Router:
         span = trace.get_current_span()
         if call == "direct":
             span.set_attribute("nrt.target", request.model)
-            await self._forward(request, request.model, inbox)
-            self._emit_dispatched(request, request.model, request.model, None, DIRECT_RULE)
+            await self._forward(request, request.model, inbox, None)
             return
-        decision, reply, elapsed_ms = await self._classify(manifest, request)
+        asked = time.perf_counter()
+        decision, reply = await self._classify(manifest, request)
+        classify_ms = (time.perf_counter() - asked) * 1e3
         span.set_attribute("nrt.intent", decision.intent or "")
         span.set_attribute("nrt.target", decision.target)
-        await inbox.send(
-            Dispatch(
-                request_id=request.request_id,
-                entry_model=decision.entry,
-                intent=decision.intent,
-                target=decision.target,
-                scores=decision.scores,
-                router_ms=elapsed_ms,
-                rule=decision.rule,
-                confidence=decision.confidence,
-                router_worker_id=reply.worker_id,
-                router_compute_ms=reply.latency_ms,
-            )
+        route = Dispatch(
+            request_id=request.request_id,
+            entry_model=decision.entry,
+            intent=decision.intent,
+            target=decision.target,
+            scores=decision.scores,
+            router_ms=(time.perf_counter() - started) * 1e3,  # router_svc's own time, classification included
+            rule=decision.rule,
+            confidence=decision.confidence,
+            router_worker_id=reply.worker_id,
+            router_compute_ms=reply.latency_ms,
+            received_at=received_at,
+            sent_at=time.time(),
         )
-        await self._forward(request, decision.target, inbox)
-        self.emitter.emit(
-            RouterFired(
-                request_id=request.request_id,
-                model_id=decision.entry,
-                intent=decision.intent,
-                scores=decision.scores,
-                latency_ms=elapsed_ms,
-                manifest_version=request.manifest_version,
-            )
+        routed = RequestRouted(
+            request_id=request.request_id,
+            manifest_version=request.manifest_version,
+            model_id=decision.entry,
+            worker_id=reply.worker_id,
+            intent=decision.intent,
+            scores=decision.scores,
+            confidence=decision.confidence,
+            threshold=decision.threshold,
+            target=decision.target,
+            rule=decision.rule,
+            latency_ms=classify_ms,
         )
-        self._emit_dispatched(request, decision.entry, decision.target, decision.intent, decision.rule)
+        if decision.target == decision.entry and self._holds(manifest, decision.entry):
+            self.emitter.emit(routed)
+            await self._answer(request, route, inbox, received_at)
+            return
+        await self._forward(request, decision.target, inbox, route)
+        self.emitter.emit(routed)  # after the forward: the request does not wait for it
 
-    async def _classify(self, manifest: Manifest, request: RouteRequest) -> tuple[Decision, ClassifyReply, float]:
+    def _holds(self, manifest: Manifest, model_id: str) -> bool:
+        """This instance hosts ``model_id`` from the source ``manifest`` names (not another version's)."""
+        hosted = self.host.host.hosted.get(model_id)
+        return hosted is not None and hosted.source == manifest.model(model_id).source
+
+    async def _classify(self, manifest: Manifest, request: RouteRequest) -> tuple[Decision, ClassifyReply]:
         try:
             text = routing_text(request.messages)
         except ValueError as exc:
             raise BadRequest(str(exc), code="no_user_message") from None
         ask = classify_request(manifest, request.request_id, text)
-        started = time.perf_counter()
-        reply = await rpc.request(
-            self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
-        )
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        return decide(manifest, restrict(reply, manifest.intent_labels)), reply, elapsed_ms
+        if self._holds(manifest, ask.model_id):
+            reply = await self._classify_here(ask)
+        else:
+            reply = await rpc.request(
+                self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
+            )
+        return decide(manifest, restrict(reply, manifest.intent_labels)), reply
 
-    async def _forward(self, request: RouteRequest, target: str, inbox: StreamInbox) -> None:
+    async def _classify_here(self, ask: ClassifyRequest) -> ClassifyReply:
+        """The entry model's scores, computed in this process (no NATS hop)."""
+        serving = self.host.serving
+        with tracer.start_as_current_span(f"router_svc classify {ask.model_id}", kind=SpanKind.INTERNAL):
+            try:
+                async with asyncio.timeout(self.settings.classify_timeout):
+                    with serving.active(ask.model_id):
+                        return await serving.classify(ask)
+            except TimeoutError:
+                raise DeadlineExceeded(
+                    f"the entry model '{ask.model_id}' did not classify within {self.settings.classify_timeout:g}s"
+                ) from None
+
+    async def _answer(self, request: RouteRequest, route: Dispatch, inbox: StreamInbox, received_at: float) -> None:
+        """The entry model answers the request itself (no confident intent and no fallback), from here."""
+        generate = self._generate_request(request, route.target, route)
+        with tracer.start_as_current_span(f"router_svc answer {route.target}", kind=SpanKind.INTERNAL):
+            try:
+                with self.host.serving.active(route.target):
+                    await stream_answer(self.host.serving, generate, inbox, received_at)
+            except RemoteError as exc:
+                if exc.code != CANNOT_GENERATE:
+                    raise
+                raise BadRequest(
+                    f"no intent was confident enough for this request ({route.rule}), and the entry model "
+                    f"'{route.target}' cannot answer it itself: {exc.message}. Declare a fallback model in the "
+                    "manifest to answer such requests",
+                    code=CANNOT_GENERATE,
+                ) from None
+
+    async def _forward(self, request: RouteRequest, target: str, inbox: StreamInbox, route: Dispatch | None) -> None:
         # A forwarded request has someone else's reply subject, so NATS cannot tell the gateway
         # that nobody subscribes: check the folded placements instead of letting it time out.
         if not serving_workers(self.manifests.follower.state, target):
@@ -100,7 +157,14 @@ class Router:
                 f"model '{target}' is not loaded on any live worker (see GET /v1/models for placements)",
                 code="model_unavailable",
             )
-        generate = GenerateRequest(
+        generate = self._generate_request(request, target, route)
+        with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
+            span.set_attribute("messaging.destination.name", subjects.infer(target))
+            await rpc.forward(self.nc, subjects.infer(target), generate, reply_to=inbox.inbox)
+
+    @staticmethod
+    def _generate_request(request: RouteRequest, target: str, route: Dispatch | None) -> GenerateRequest:
+        return GenerateRequest(
             request_id=request.request_id,
             model_id=target,
             manifest_version=request.manifest_version,
@@ -108,19 +172,5 @@ class Router:
             params=request.params,
             session_id=request.session_id,
             stream=request.stream,
-        )
-        with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
-            span.set_attribute("messaging.destination.name", subjects.infer(target))
-            await rpc.forward(self.nc, subjects.infer(target), generate, reply_to=inbox.inbox)
-
-    def _emit_dispatched(self, request: RouteRequest, source: str, target: str, intent: str | None, rule: str) -> None:
-        self.emitter.emit(
-            RequestDispatched(
-                request_id=request.request_id,
-                from_model=source,
-                to_model=target,
-                intent=intent,
-                rule=rule,
-                manifest_version=request.manifest_version,
-            )
+            route=route,
         )

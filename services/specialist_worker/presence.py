@@ -17,7 +17,7 @@ import msgspec
 
 from nrt.events import Event, WorkerJoined, WorkerLost
 from nrt.protocol import HostedModel, WorkerHeartbeat
-from nrt.vocabulary import Reason
+from nrt.vocabulary import Reason, WorkerRole
 from specialist_worker.hosting import ModelHost
 from specialist_worker.ports import Publisher, SendHeartbeat
 from specialist_worker.resources import HostResources
@@ -25,10 +25,17 @@ from specialist_worker.resources import HostResources
 log = logging.getLogger("nrt.worker")
 
 
-def heartbeat(worker_id: str, resources: HostResources, host: ModelHost, sent_at: float) -> WorkerHeartbeat:
+def heartbeat(
+    worker_id: str,
+    resources: HostResources,
+    host: ModelHost,
+    sent_at: float,
+    role: WorkerRole = WorkerRole.SPECIALIST,
+) -> WorkerHeartbeat:
     """What this worker offers and holds: every hosted model with its tier, bytes, requests and sessions."""
     return WorkerHeartbeat(
         worker_id=worker_id,
+        role=role,
         **msgspec.structs.asdict(resources),
         models=tuple(
             HostedModel(
@@ -53,8 +60,10 @@ class Presence:
         publisher: Publisher,
         send_heartbeat: SendHeartbeat,
         heartbeat_s: float = 2.0,
+        role: WorkerRole = WorkerRole.SPECIALIST,
     ) -> None:
         self.worker_id = worker_id
+        self.role = role  # a router_svc instance (the entry model's worker) or a specialist worker
         self.resources = resources
         self.host = host
         self.publisher = publisher
@@ -64,11 +73,12 @@ class Presence:
 
     async def join(self) -> None:
         """Announce this worker (``WorkerJoined``), then send its first heartbeat."""
-        await self.publisher.publish(WorkerJoined(worker_id=self.worker_id, **msgspec.structs.asdict(self.resources)))
+        resources = msgspec.structs.asdict(self.resources)
+        await self.publisher.publish(WorkerJoined(worker_id=self.worker_id, role=self.role, **resources))
         await self.beat()
 
     async def beat(self) -> None:
-        await self.send_heartbeat(heartbeat(self.worker_id, self.resources, self.host, time.time()))
+        await self.send_heartbeat(heartbeat(self.worker_id, self.resources, self.host, time.time(), self.role))
 
     async def run_heartbeats(self, stopping: asyncio.Event) -> None:
         """Beat every ``heartbeat_s`` until ``stopping`` is set."""

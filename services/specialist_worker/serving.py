@@ -26,6 +26,8 @@ from specialist_worker.ports import EventSink, SpecLookup
 from specialist_worker.prompts import generation_request
 from specialist_worker.sources import RemoteEndpoint
 
+CANNOT_GENERATE = "cannot_generate"  # the error code of a generate request to an encoder
+
 
 class Residency(Protocol):
     """Makes a standby model resident before it serves (see :meth:`Control.ensure_resident`)."""
@@ -62,7 +64,9 @@ class Serving:
         cold_ms = await self.residency.ensure_resident(model_id, Reason.ON_DEMAND, True, request.manifest_version)
         runtime = self.host.runtime(model_id)
         if not isinstance(runtime, BatchingGenerator):
-            raise BadRequest(f"model '{model_id}' is an encoder; it can embed or classify, not generate")
+            raise BadRequest(
+                f"model '{model_id}' is an encoder; it can embed or classify, not generate", code=CANNOT_GENERATE
+            )
         key = session_key(model_id, request.session_id) if request.session_id else None
         try:
             engine_request = generation_request(request, self.specs(model_id), key)

@@ -1,5 +1,7 @@
 """The specialist worker: its three jobs on the bus, and every transport call they need.
 
+The same worker, with the router role, is the entry model's worker inside router_svc.
+
 - :class:`Presence` joins, beats, leaves and publishes the jobs' events in the background;
 - :class:`Control` obeys ``nrt.control.<worker_id>`` (tier commands, stepped by :class:`Tiers`)
   and promotes a model a request waits for, within the budget;
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from contextlib import aclosing
 from typing import cast
 
+import msgspec
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
@@ -40,7 +44,7 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
-from nrt.vocabulary import Reason
+from nrt.vocabulary import Reason, WorkerRole
 from specialist_worker.control import Control
 from specialist_worker.hosting import ModelHost
 from specialist_worker.presence import Presence
@@ -61,6 +65,7 @@ class Worker:
         heartbeat_s: float = 2.0,
         ort_spin: bool = False,
         promote_timeout: float = 60.0,
+        role: WorkerRole = WorkerRole.SPECIALIST,
     ) -> None:
         self.broker = broker
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
@@ -70,11 +75,12 @@ class Worker:
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
         self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
         self.presence = Presence(
-            self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s
+            self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s, role
         )
         self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(self.worker_id, self.host, self.control, self.presence, self.spec)
+        self.started = asyncio.Event()  # set once it has joined and obeys control commands
 
     @property
     def nc(self) -> Client:
@@ -92,7 +98,9 @@ class Worker:
             title=f"worker {self.worker_id}: control",
         )
         await self.presence.join()
-        log.info("worker %s ready (%s)", self.worker_id, ", ".join(self.presence.resources.providers))
+        self.started.set()
+        providers = ", ".join(self.presence.resources.providers)
+        log.info("%s worker %s ready (%s)", self.presence.role.value, self.worker_id, providers)
 
     async def run_heartbeats(self, stopping: asyncio.Event) -> None:
         await self.presence.run_heartbeats(stopping)
@@ -136,11 +144,10 @@ class Worker:
     # -- transport -----------------------------------------------------------------------------
 
     async def _infer(self, request: InferRequest, inbox: rpc.StreamInbox) -> None:
+        received_at = time.time()
         with self.serving.active(request.model_id):
             if isinstance(request, GenerateRequest):
-                async with aclosing(self.serving.generate(request)) as chunks:
-                    async for chunk in chunks:
-                        await inbox.send(chunk, last=chunk.finish_reason is not None)
+                await stream_answer(self.serving, request, inbox, received_at)
             elif isinstance(request, ClassifyRequest):
                 await inbox.send(await self.serving.classify(request), last=True)
             elif isinstance(request, EmbedRequest):
@@ -151,3 +158,15 @@ class Worker:
 
     async def _ask_promotion(self, ask: PromoteModel) -> PromoteResult:
         return await bus.call(self.broker, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
+
+
+async def stream_answer(serving: Serving, request: GenerateRequest, inbox: rpc.StreamInbox, received_at: float) -> None:
+    """Stream ``request``'s answer to ``inbox`` (the caller's, often someone else's): each chunk stamped
+    with when the request arrived (``received_at``, unix time) and when it leaves; the first one carries
+    the router's decision back to the gateway (``GenerateRequest.route``), so it needs no message of its own."""
+    route = request.route
+    async with aclosing(serving.generate(request)) as chunks:
+        async for chunk in chunks:
+            stamped = msgspec.structs.replace(chunk, route=route, received_at=received_at, sent_at=time.time())
+            route = None
+            await inbox.send(stamped, last=chunk.finish_reason is not None)

@@ -1,14 +1,15 @@
 """The whole request path in one process, on real NATS with real tiny ONNX models.
 
-A specialist worker (the real one) hosts the models, router_svc routes, the gateway
-serves HTTP through uvicorn on a free port; each has its own NATS connection, as
-separate processes would. Running them in-process lets one in-memory span exporter see
-every span of a request. Nothing here is a stand-in: it is the services' own code.
+A specialist worker (the real one) hosts the specialists, router_svc hosts the entry model
+and routes, the gateway serves HTTP through uvicorn on a free port; each has its own NATS
+connection, as separate processes would. Running them in-process lets one in-memory span
+exporter see every span of a request. Nothing here is a stand-in: it is the services' own code.
 
 By default the harness applies the manifest (it publishes ``ManifestApplied``) and loads
-the models on the worker itself; given a database, cluster_state runs too and does both,
-as in a deployment: it bootstraps the manifest, places the models on the heartbeating
-worker and serves ``nrt.manifest.apply`` (``PUT /v1/manifest``).
+the models itself: the entry model on router_svc (``ROUTER_HOST``), the others on the worker;
+given a database, cluster_state runs too and does both, as in a deployment: it bootstraps
+the manifest, places the models on the heartbeating workers and serves
+``nrt.manifest.apply`` (``PUT /v1/manifest``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nrt.manifest import Manifest, parse_manifest
 from nrt.policies import Tuning
 from nrt.service import ServiceContext, serve_health
 from nrt.settings import Settings, models_dir
+from router_svc.app import router_host
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
 from specialist_worker.resources import detect
@@ -49,6 +51,7 @@ from worker_calls import control
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ADMIN_KEY = "test-admin-key"
+ROUTER_HOST = "r-gateway"  # router_svc's worker id: the entry model's worker
 CLUSTER_STATE_TUNING = Tuning(heartbeat_s=0.5, settle_s=5.0, retry_s=2.0)  # the worker beats every 0.5 s
 
 
@@ -69,6 +72,7 @@ class Stack:
     settings: GatewaySettings
     gateway: _Server
     router: ServiceContext
+    router_host: Worker  # router_svc's own worker: it hosts the entry model
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     cluster_state: ClusterStateService | None = None  # with a database: applies the manifest, places, swaps
 
@@ -130,12 +134,21 @@ async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
     return manifest
 
 
-async def serve_router(nats_url: str, settings: RouterSettings) -> tuple[asyncio.Task[None], ServiceContext]:
-    """router_svc's body and its health subject, as ``run_service`` runs them."""
+async def serve_router(nats_url: str, settings: RouterSettings) -> tuple[asyncio.Task[None], ServiceContext, Worker]:
+    """router_svc's body and its health subject, as ``run_service`` runs them, and its router host
+    (the entry model's worker), started: it has joined and obeys control commands."""
     broker = await start_broker(nats_url, "router_svc")
     ctx = ServiceContext(name="router_svc", settings=Settings(nats_url=nats_url, home=Path(".")), broker=broker)
     await serve_health(ctx)
-    return asyncio.create_task(run_router(ctx, settings)), ctx
+    host = router_host(ctx, settings)
+    task = asyncio.create_task(run_router(ctx, settings, host))
+    waiting = asyncio.create_task(host.started.wait())
+    await asyncio.wait({task, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()  # router_svc crashed: say why
+    assert host.started.is_set(), "router_svc's router host did not start"
+    return task, ctx, host
 
 
 async def wait_ready(base_url: str, within: float = 20.0, partial: bool = False) -> None:
@@ -164,12 +177,13 @@ async def start_stack(
     edit: tuple[str, str] | None = None,
     database_url: str | None = None,
 ) -> AsyncIterator[Stack]:
-    """Apply ``manifest_file`` (version 1), load its models on one worker at the declared
-    tiers (or ``loads``: model id -> tier), start router_svc and the gateway.
+    """Apply ``manifest_file`` (version 1), start router_svc, load the models at the declared tiers
+    (or ``loads``: model id -> tier): the entry model on router_svc, the others on one worker;
+    start the gateway.
 
-    With ``database_url`` (an empty, migrated database), cluster_state does the first two
+    With ``database_url`` (an empty, migrated database), cluster_state applies and places
     instead: it records the events there, bootstraps the manifest as version 1 and places
-    its models on the worker, which then sends heartbeats."""
+    its models on the worker and router_svc, which send heartbeats."""
     assert database_url is None or loads is None, "cluster_state places the models: no loads with a database"
     nc = await connect(nats_url, name="nrt-test")
     await fresh_events_stream(nc)
@@ -180,17 +194,22 @@ async def start_stack(
     worker_broker = await start_broker(nats_url, "specialist_worker")
     worker_nc = worker_broker.connection
     worker = Worker(worker_broker, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
+    router_settings = router_settings or RouterSettings(
+        classify_timeout=10, manifest_wait=2, router_worker_id=ROUTER_HOST, router_max_batch=8, heartbeat_s=0.5
+    )
     beating = asyncio.Event()
     heartbeats: asyncio.Task[None] | None = None
     cluster_state: ClusterStateService | None = None
     if database_url is None:
         manifest = await apply_manifest(nc, text)
         await worker.start()
+        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
         tiers = loads if loads is not None else {spec.id: spec.tier.value for spec in manifest.models}
         for model_id, tier in tiers.items():
+            host = router_host if model_id == manifest.routing.entry else worker
             await control(
                 nc,
-                worker.worker_id,
+                host.worker_id,
                 action="load",
                 model_id=model_id,
                 source=manifest.model(model_id).source,
@@ -205,9 +224,7 @@ async def start_stack(
             state_broker, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2
         )
         await asyncio.wait_for(cluster_state.start(), 30)
-    router_task, router_ctx = await serve_router(
-        nats_url, router_settings or RouterSettings(classify_timeout=10, manifest_wait=2)
-    )
+        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
     settings = settings or GatewaySettings(
         nats_url=nats_url, admin_key=ADMIN_KEY, route_timeout=10, idle_timeout=10, request_timeout=30
     )
@@ -225,6 +242,7 @@ async def start_stack(
         settings,
         server,
         router_ctx,
+        router_host,
         [router_task, gateway_task],
         cluster_state,
     )

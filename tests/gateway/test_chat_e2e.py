@@ -7,9 +7,9 @@ import json
 
 import openai
 import pytest
-from harness import Stack
+from harness import ROUTER_HOST, Stack
 
-from nrt.events import RequestAdmitted, RequestCompleted, RequestDispatched, RequestFailed, RouterFired, SessionTouched
+from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed, RequestRouted, SessionTouched
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -51,23 +51,38 @@ async def test_routed_completion_shows_the_hop_and_fills_usage(stack: Stack) -> 
     assert nrt["confidence"] == pytest.approx(1.0, abs=1e-4)
     assert set(nrt["scores"]) == {"billing", "technical", "legal"}
     router, specialist = nrt["hops"]
-    assert (router["role"], router["model"], router["worker_id"]) == ("router", "router", "w-gateway")
+    assert (router["role"], router["model"], router["worker_id"]) == ("router", "router", ROUTER_HOST)
     assert router["latency_ms"] >= router["compute_ms"] > 0
     assert (specialist["role"], specialist["model"], specialist["worker_id"]) == ("specialist", "billing", "w-gateway")
     assert 0 < specialist["ttft_ms"] <= specialist["latency_ms"]
     assert specialist["compute_ms"] > 0
     assert nrt["latency_ms"] >= nrt["ttft_ms"] > 0
-    events = await stack.events(request_id, until=4)
-    assert [type(e) for e in events] == [RequestAdmitted, RouterFired, RequestDispatched, RequestCompleted]
+    # three events: who asked, the router's decision and its dispatch (one fact), the outcome
+    events = await stack.events(request_id, until=3)
+    assert [type(e) for e in events] == [RequestAdmitted, RequestRouted, RequestCompleted]
     assert all(e.manifest_version == 1 for e in events)  # type: ignore[attr-defined]
-    fired, dispatched, completed = events[1], events[2], events[3]
-    assert isinstance(fired, RouterFired)
-    assert fired.intent == "billing"
-    assert fired.latency_ms > 0
-    assert isinstance(dispatched, RequestDispatched)
-    assert (dispatched.from_model, dispatched.to_model, dispatched.intent) == ("router", "billing", "billing")
+    routed, completed = events[1], events[2]
+    assert isinstance(routed, RequestRouted)
+    assert (routed.model_id, routed.worker_id, routed.intent, routed.target) == (
+        "router",
+        ROUTER_HOST,
+        "billing",
+        "billing",
+    )
+    assert set(routed.scores) == {"billing", "technical", "legal"}
+    assert routed.confidence == pytest.approx(1.0, abs=1e-4)
+    assert routed.threshold == 0.999
+    assert routed.latency_ms > 0
+    assert routed.rule == nrt["rule"]
     assert isinstance(completed, RequestCompleted)
     assert (completed.model_id, completed.completion_tokens) == ("billing", 8)
+    # the per-hop breakdown: each transit and each service's own work
+    breakdown = nrt["breakdown"]
+    for part in ("gateway_in_ms", "to_router_ms", "router_ms", "to_worker_ms", "worker_ms", "back_ms", "total_ms"):
+        assert breakdown[part] >= 0, part
+    assert breakdown["router_ms"] > 0
+    assert breakdown["worker_ms"] >= specialist["compute_ms"] * 0.9  # the worker's own time holds its compute
+    assert breakdown["total_ms"] >= breakdown["router_ms"] + breakdown["worker_ms"]
 
 
 async def test_streaming_sends_the_tool_call_first_then_tokens_then_done(stack: Stack) -> None:
@@ -134,9 +149,9 @@ async def test_unsure_or_unserved_intents_go_to_the_fallback(
     nrt = response.http_response.json()["nrt"]
     assert nrt["final_model"] == "fallback"
     assert why in nrt["rule"]
-    events = await stack.events(response.headers["x-nrt-request-id"], until=4)
-    fired = next(e for e in events if isinstance(e, RouterFired))
-    assert fired.intent == intent
+    events = await stack.events(response.headers["x-nrt-request-id"], until=3)
+    routed = next(e for e in events if isinstance(e, RequestRouted))
+    assert (routed.intent, routed.target) == (intent, "fallback")
 
 
 async def test_a_standby_specialist_is_promoted_on_demand(stack: Stack) -> None:
@@ -160,11 +175,12 @@ async def test_direct_calls_skip_classification(stack: Stack) -> None:
     nrt = response.http_response.json()["nrt"]
     assert (nrt["routed"], nrt["intent"], nrt["rule"]) == (False, None, "direct")
     assert [h["role"] for h in nrt["hops"]] == ["specialist"]
-    events = await stack.events(response.headers["x-nrt-request-id"], until=3)
-    assert [type(e) for e in events] == [RequestAdmitted, RequestDispatched, RequestCompleted]
-    dispatched = events[1]
-    assert isinstance(dispatched, RequestDispatched)
-    assert (dispatched.to_model, dispatched.rule) == ("technical", "direct")
+    events = await stack.events(response.headers["x-nrt-request-id"], until=2)
+    assert [type(e) for e in events] == [RequestAdmitted, RequestCompleted]  # nothing was decided: no RequestRouted
+    admitted, completed = events
+    assert isinstance(admitted, RequestAdmitted)
+    assert isinstance(completed, RequestCompleted)
+    assert (admitted.model_id, completed.model_id) == ("technical", "technical")
     stream = await stack.client().chat.completions.create(model="fallback", messages=user("hi"), stream=True)
     chunks = [c async for c in stream]
     assert chunks[0].choices[0].delta.tool_calls is None
@@ -273,7 +289,7 @@ async def test_a_prompt_beyond_the_context_window_is_400(stack: Stack, stream: b
     assert caught.value.code == "context_window_exceeded"
     assert "context window" in caught.value.message
     request_id = caught.value.response.headers["x-nrt-request-id"]
-    events = await stack.events(request_id, until=3)  # admitted, dispatched (direct), failed
+    events = await stack.events(request_id, until=2)  # admitted, failed (a direct call)
     failed = events[-1]
     assert isinstance(failed, RequestFailed)
     assert (failed.code, failed.status, failed.model_id, failed.manifest_version) == (
@@ -296,7 +312,9 @@ async def test_models_list_every_model_with_tier_and_placement(stack: Stack) -> 
         {"worker_id": "w-gateway", "tier": "resident", "bytes_held": billing["placements"][0]["bytes_held"]}
     ]
     assert billing["placements"][0]["bytes_held"] > 0
-    assert (models["router"].model_extra or {})["routed"] is True
+    router = models["router"].model_extra or {}
+    assert router["routed"] is True
+    assert [p["worker_id"] for p in router["placements"]] == [ROUTER_HOST]  # router_svc hosts the entry model
     assert models["router"].owned_by == "tiny-support"
 
 
@@ -313,6 +331,12 @@ async def test_cluster_manifest_health_readiness_and_openapi(stack: Stack) -> No
     assert cluster["manifest_version"] == 1
     assert cluster["workers"]["w-gateway"]["alive"] is True
     assert cluster["models"]["billing"]["placements"]["w-gateway"]["tier"] == "resident"
+    # router_svc is the entry model's worker: in the cluster as a worker with the router role
+    assert (cluster["workers"][ROUTER_HOST]["role"], cluster["workers"]["w-gateway"]["role"]) == (
+        "router",
+        "specialist",
+    )
+    assert cluster["models"]["router"]["placements"][ROUTER_HOST]["tier"] == "resident"
     # the gateway follows the control plane only: request counts are cluster_state's to serve
     assert cluster["counters"]["requests_admitted"] == 0
     assert cluster["counters"]["manifests_applied"] == 1

@@ -60,11 +60,13 @@ async def test_a_worker_that_dies_mid_request_is_a_504(nats_url: str, nrt_home: 
         started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as caught:
             await client.chat.completions.create(model="router", messages=user("hi"), max_tokens=LONG)
-        assert time.monotonic() - started < 5
-        # router_svc's classify call to the entry model finds no worker: an error frame, at once
-        assert caught.value.status_code == 503
-        assert caught.value.code == "no_responders"
-        assert "nothing is serving nrt.infer.router" in caught.value.message
+        waited = time.monotonic() - started
+        # router_svc classifies in its own process and forwards to the fallback, which nobody serves any
+        # more (the log does not know yet that the worker is gone): the first-frame deadline ends it
+        assert 2 <= waited < 5  # route_timeout is 2s
+        assert caught.value.status_code == 504
+        assert caught.value.code == "deadline_exceeded"
+        assert "no first reply from nrt.route or the model it routed the request to within 2s" in caught.value.message
 
 
 async def test_a_model_unloaded_under_a_request_finishes_it_then_is_unavailable(nats_url: str, nrt_home: Path) -> None:

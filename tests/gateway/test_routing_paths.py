@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanKind
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import DrainStarted, RequestAdmitted, RequestCompleted, RequestDispatched, RouterFired
-from nrt.protocol import ChatMessage, Dispatch, RouteRequest
+from nrt.events import DrainStarted, RequestAdmitted, RequestCompleted, RequestRouted
+from nrt.protocol import ChatMessage, Dispatch, GenerateChunk, RouteRequest
 
 BILLING = "I was charged twice for my order"
 
@@ -50,12 +50,13 @@ async def test_one_trace_per_request_with_a_span_per_hop(
         assert parent is not None, name
         return next(s.name for s in ours.values() if s.context.span_id == parent.span_id)
 
-    # gateway -> router_svc -> (the router model on its worker) and (the specialist on its worker)
+    # gateway -> router_svc (which classifies in its own process) -> the specialist on its worker
     assert parent_of("router_svc route") == "POST /v1/chat/completions"
-    assert parent_of("nats request nrt.infer.router") == "router_svc route"
-    assert parent_of("nats serve nrt.infer.router") == "nats request nrt.infer.router"
+    assert parent_of("router_svc classify router") == "router_svc route"
     assert parent_of("router_svc dispatch billing") == "router_svc route"
     assert parent_of("nats serve nrt.infer.billing") == "router_svc dispatch billing"
+    # no NATS hop to the router model: it lives in router_svc
+    assert not [name for name in ours if "nrt.infer.router" in name], sorted(ours)
     assert ours["router_svc route"].attributes is not None
     assert ours["router_svc route"].attributes["nrt.target"] == "billing"
     assert gateway.attributes is not None
@@ -111,10 +112,11 @@ async def test_router_svc_routes_under_the_admitted_version(nats_url: str, nrt_h
                 model="router",
                 messages=(ChatMessage("user", BILLING),),
             )
-            frames = rpc.stream(stack.nc, subjects.ROUTE, request, Dispatch, first_timeout=5, idle_timeout=5)
-            first = await anext(frames)
+            frames = rpc.stream(stack.nc, subjects.ROUTE, request, GenerateChunk, first_timeout=5, idle_timeout=5)
+            first = await anext(frames)  # the first chunk of the answer carries router_svc's decision
             await frames.aclose()
-            return first
+            assert first.route is not None
+            return first.route
 
         assert (await route(1)).target == "billing"  # admitted under v1: intent dispatch
         assert (await route(2)).target == "technical"  # admitted under v2: the fixed route
@@ -148,8 +150,8 @@ async def test_a_manifest_swap_holds_new_requests_and_keeps_in_flight_ones_on_th
         await apply_manifest(stack.nc, stack.manifest.text, version=2)  # the cut-over
         response = await asyncio.wait_for(waiting, 5)
         assert response.http_response.json()["nrt"]["manifest_version"] == 2
-        new_events = await stack.events(response.headers["x-nrt-request-id"], until=4)
-        assert [type(e) for e in new_events] == [RequestAdmitted, RouterFired, RequestDispatched, RequestCompleted]
+        new_events = await stack.events(response.headers["x-nrt-request-id"], until=3)
+        assert [type(e) for e in new_events] == [RequestAdmitted, RequestRouted, RequestCompleted]
         assert {e.manifest_version for e in new_events} == {2}  # type: ignore[attr-defined]
         old = [
             e

@@ -12,8 +12,11 @@ from api_gateway.shaping import SSE_DONE, TOOL_NAME, Transcript, sse, sse_error
 from nrt.inference.structs import Timings, Usage
 from nrt.protocol import Dispatch, GenerateChunk
 
+WALL = 1_000_000.0  # unix time the gateway received the request (the perf counter read 10.0)
+
 
 def transcript(routed: bool = True) -> Transcript:
+    """A request that took 25 ms at the gateway; the services' stamps are unix times (``WALL`` + ms)."""
     t = Transcript(
         request_id="abc123",
         model="router" if routed else "billing",
@@ -22,25 +25,37 @@ def transcript(routed: bool = True) -> Transcript:
         session_id="s1",
         started=10.0,
         created=1700000000,
+        started_wall=WALL,
     )
-    t.sent_at = 10.001
-    if routed:
-        t.on_dispatch(
-            Dispatch(
-                request_id="abc123",
-                entry_model="router",
-                intent="billing",
-                target="billing",
-                scores={"billing": 0.9, "technical": 0.2},
-                router_ms=4.0,
-                rule="router.output.intent -> specialists.{intent} => billing",
-                confidence=0.9,
-                router_worker_id="w1",
-                router_compute_ms=3.0,
-            ),
-            10.005,
+    t.sent_at, t.sent_wall = 10.001, WALL + 0.001
+    route = (
+        Dispatch(
+            request_id="abc123",
+            entry_model="router",
+            intent="billing",
+            target="billing",
+            scores={"billing": 0.9, "technical": 0.2},
+            router_ms=4.0,
+            rule="router.output.intent -> specialists.{intent} => billing",
+            confidence=0.9,
+            router_worker_id="w1",
+            router_compute_ms=3.0,
+            received_at=WALL + 0.002,
+            sent_at=WALL + 0.005,
         )
-    t.on_chunk(GenerateChunk(request_id="abc123", model_id="billing", worker_id="w2", text="Hel"), 10.010)
+        if routed
+        else None
+    )
+    first = GenerateChunk(
+        request_id="abc123",
+        model_id="billing",
+        worker_id="w2",
+        text="Hel",
+        route=route,
+        received_at=WALL + 0.006,
+        sent_at=WALL + 0.008,
+    )
+    t.on_chunk(first, 10.010, WALL + 0.010)
     timings = Timings(
         queue_ms=0.1,
         prefill_ms=1,
@@ -60,8 +75,11 @@ def transcript(routed: bool = True) -> Transcript:
             finish_reason="length",
             usage=Usage(prompt_tokens=4, completion_tokens=2, total_tokens=6, cached_tokens=1),
             timings=timings,
+            received_at=WALL + 0.006,
+            sent_at=WALL + 0.018,
         ),
         10.020,
+        WALL + 0.020,
     )
     return t
 
@@ -99,12 +117,27 @@ def test_a_routed_completion_shows_the_router_hop_as_a_tool_call() -> None:
         "ttft_ms": None,
         "compute_ms": 3.0,
         "cold_start_ms": None,
+        "own_ttft_ms": None,
     }
-    assert specialist["ttft_ms"] == 5.0
+    assert specialist["ttft_ms"] == 5.0  # from router_svc's dispatch to the first chunk at the gateway
     assert specialist["latency_ms"] == 15.0
     assert specialist["compute_ms"] == 5.5
+    assert specialist["own_ttft_ms"] == 2.0  # the worker's own: the request's arrival to its first chunk
     assert nrt["latency_ms"] == 25.0
     assert nrt["ttft_ms"] == 10.0
+    # the same 25 ms, hop by hop: every transit and each service's own work
+    assert nrt["breakdown"] == {
+        "gateway_in_ms": 1.0,
+        "to_router_ms": 1.0,
+        "router_ms": 3.0,
+        "to_worker_ms": 1.0,
+        "worker_first_ms": 2.0,
+        "worker_ms": 12.0,
+        "first_back_ms": 2.0,
+        "back_ms": 2.0,
+        "gateway_out_ms": 5.0,
+        "total_ms": 25.0,
+    }
 
 
 def test_a_direct_completion_has_no_tool_call() -> None:
@@ -116,6 +149,9 @@ def test_a_direct_completion_has_no_tool_call() -> None:
     assert nrt["rule"] == "direct"
     assert [h["role"] for h in nrt["hops"]] == ["specialist"]
     assert nrt["hops"][0]["ttft_ms"] == 9.0  # from the moment the request was sent
+    breakdown = nrt["breakdown"]
+    assert "to_router_ms" not in breakdown  # no router hop
+    assert breakdown["to_worker_ms"] == 5.0  # gateway -> router_svc -> worker
 
 
 def _events(raw: bytes) -> list[bytes]:

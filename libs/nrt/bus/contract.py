@@ -60,21 +60,23 @@ class Channel:
         return ".".join("*" if part.startswith("{") else part for part in self.address.split("."))
 
 
+# router_svc is the entry model's worker: it joins, beats and records its tiers and sessions as workers do.
 EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "ManifestApplied": ("cluster_state",),
     "DrainStarted": ("cluster_state",),
     "DrainCompleted": ("cluster_state",),
-    "WorkerJoined": ("specialist_worker", "cluster_state"),
-    "WorkerLost": ("specialist_worker", "cluster_state"),
+    "WorkerJoined": ("specialist_worker", "router_svc", "cluster_state"),
+    "WorkerLost": ("specialist_worker", "router_svc", "cluster_state"),
     "ModelPlaced": ("cluster_state",),
-    "TierChanged": ("specialist_worker",),
-    "SessionOpened": ("specialist_worker",),
-    "SessionTouched": ("specialist_worker",),
-    "SessionKvEvicted": ("specialist_worker",),
-    "SessionClosed": ("specialist_worker",),
+    "TierChanged": ("specialist_worker", "router_svc"),
+    "SessionOpened": ("specialist_worker", "router_svc"),
+    "SessionTouched": ("specialist_worker", "router_svc"),
+    "SessionKvEvicted": ("specialist_worker", "router_svc"),
+    "SessionClosed": ("specialist_worker", "router_svc"),
     "RequestAdmitted": ("api_gateway",),
-    "RouterFired": ("router_svc",),
-    "RequestDispatched": ("router_svc",),
+    "RouterFired": (),  # no longer written (RequestRouted): older logs hold it
+    "RequestDispatched": (),  # no longer written (RequestRouted): older logs hold it
+    "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
     "RequestFailed": ("api_gateway",),
 }
@@ -87,8 +89,10 @@ CHANNELS: tuple[Channel, ...] = (
         publishers=("api_gateway",),
         subscribers=("router_svc",),
         summary=(
-            "A chat request to route. The reply subject is the gateway's inbox: router_svc sends a Dispatch "
-            "frame, the answering worker streams GenerateChunk frames to it (Nrt-Frame: data | last | end | error)."
+            "A chat request to route. router_svc classifies it with the entry model in its own process and "
+            "forwards it to the target with the gateway's inbox as reply subject: the answering worker streams "
+            "GenerateChunk frames there, the first one carrying router_svc's Dispatch (Nrt-Frame: data | last | "
+            "end | error). Three transits: gateway -> router_svc -> worker -> gateway."
         ),
         transport="raw",
         queue="nrt-router",
@@ -98,10 +102,11 @@ CHANNELS: tuple[Channel, ...] = (
         payload=InferRequest,
         reply=InboxFrame | ClassifyReply | EmbedReply,
         publishers=("router_svc",),
-        subscribers=("specialist_worker",),
+        subscribers=("specialist_worker", "router_svc"),
         summary=(
             "Inference on one model: generate streams GenerateChunk frames to the reply subject (the gateway's "
-            "inbox); classify answers a ClassifyReply, embed an EmbedReply."
+            "inbox); classify answers a ClassifyReply, embed an EmbedReply. router_svc serves the entry model's "
+            "subject (it hosts that model) and classifies routed requests in its own process."
         ),
         transport="raw",
         queue=subjects.INFER_QUEUE,
@@ -111,14 +116,17 @@ CHANNELS: tuple[Channel, ...] = (
         payload=ControlCommand,
         reply=ControlReply,
         publishers=("cluster_state",),
-        subscribers=("specialist_worker",),
-        summary="A tier command for one worker (load, promote, demote, unload, evict_session), answered when done.",
+        subscribers=("specialist_worker", "router_svc"),
+        summary=(
+            "A tier command for one worker (load, promote, demote, unload, evict_session), answered when done; "
+            "router_svc instances are the entry model's workers."
+        ),
     ),
     Channel(
         address=subjects.WORKER_HEARTBEAT,
         payload=WorkerHeartbeat,
         reply=None,
-        publishers=("specialist_worker",),
+        publishers=("specialist_worker", "router_svc"),
         subscribers=("cluster_state",),
         summary="A worker's liveness, resources and hosted models, every few seconds.",
     ),
@@ -142,7 +150,7 @@ CHANNELS: tuple[Channel, ...] = (
         address=subjects.PROMOTE,
         payload=PromoteModel,
         reply=PromoteResult,
-        publishers=("specialist_worker",),
+        publishers=("specialist_worker", "router_svc"),
         subscribers=("cluster_state",),
         summary="Make a model resident within the budget, or answer 503 budget_exhausted with the numbers.",
     ),
