@@ -1,6 +1,6 @@
 """The drained manifest swap end to end: ``PUT /v1/manifest`` through the real services.
 
-One process runs the gateway, router_svc, a specialist worker and cluster_state over real
+One process runs the gateway, router_svc (hosting the router), a specialist worker and cluster_state over real
 NATS and PostgreSQL (``start_stack`` with a database): cluster_state bootstraps the tiny
 support manifest as v1 and places its models; the swap is its own, requested over HTTP
 with the admin key. The requests go through the official ``openai`` client; the events
@@ -20,7 +20,7 @@ from typing import Any
 
 import openai
 import pytest
-from harness import ADMIN_KEY, Stack, start_stack
+from harness import ADMIN_KEY, ROUTER_HOST, Stack, start_stack
 
 from nrt.events import (
     DrainCompleted,
@@ -29,6 +29,7 @@ from nrt.events import (
     ModelPlaced,
     RequestAdmitted,
     RequestCompleted,
+    RequestRouted,
     TierChanged,
 )
 from nrt.protocol import GenerateChunk, GenerateRequest
@@ -263,3 +264,87 @@ async def test_a_put_manifest_whose_added_model_cannot_load_answers_the_error_an
         assert not stack.gate().swapping
     assert await event_store.query(types=["DrainStarted", "DrainCompleted"]) == []
     assert [r.event.version for r in await event_store.query(types=["ManifestApplied"])] == [1]  # type: ignore[attr-defined]
+
+
+async def test_a_put_manifest_that_changes_the_router_drains_then_reloads_it_in_router_svc(
+    nats_url: str,
+    nrt_home: Path,
+    database_url: str,
+    event_store: EventStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    router_v2 = tmp_path / "router-v2"  # the tiny encoder again, from a source of its own: a router change
+    shutil.copytree((nrt_home / "models" / "tiny-bert").resolve(), router_v2)
+    drain = (V1_DRAIN, "drain: {timeout: 20s, admission_wait: 10s}")
+    async with start_stack(nats_url, "tiny-support.yaml", edit=drain, database_url=database_url) as stack:
+        assert stack.cluster_state is not None
+        controller = stack.cluster_state.controller
+        client = stack.client()
+        old_router = stack.manifest.router.source
+        assert stack.router_host.host.hosted["router"].source == old_router  # router_svc holds v1's router
+        hold = LastChunkHold("billing")
+        hold.install(stack.worker, monkeypatch)
+        try:
+            # a routed request in flight under v1: classified by v1's router, its answer not finished
+            stream = await client.chat.completions.create(
+                model="router", messages=user(BILLING), stream=True, max_tokens=64
+            )
+            first = await anext(aiter(stream))
+            old_id = first.id.removeprefix("chatcmpl-")
+            await asyncio.wait_for(hold.reached.wait(), 10)
+            v2 = stack.manifest.text.replace(old_router, str(router_v2))
+            put = asyncio.create_task(put_manifest(stack, v2))
+            await controller.wait_for(lambda s: s.draining, within=30)
+            await until(lambda: stack.gate().swapping)
+            await asyncio.sleep(0.3)
+            # the drain waits for the request: v1's router is still there, resident
+            assert stack.router_host.host.hosted["router"].source == old_router
+            assert controller.cluster.models["router"].tiers == {ROUTER_HOST: "resident"}
+            assert not put.done()
+        finally:
+            hold.release.set()
+        rest = [c async for c in stream]
+        assert (rest[-1].model_extra or {})["nrt"]["manifest_version"] == 1
+        # drained: router_svc reloads the router from its new source, then the cut-over; a request
+        # admitted meanwhile waits (admission_wait) and is routed by the new router under v2
+        waiting = asyncio.create_task(
+            client.chat.completions.with_raw_response.create(model="router", messages=user(BILLING))
+        )
+        reply = await asyncio.wait_for(put, 30)
+        assert reply.status_code == 200, reply.text
+        result = reply.json()
+        assert (result["from_version"], result["to_version"], result["outcome"]) == (1, 2, "applied")
+        assert result["warmed"] == ["router"]
+        response = await asyncio.wait_for(waiting, 15)
+        nrt = response.http_response.json()["nrt"]
+        assert (nrt["manifest_version"], nrt["routed"], nrt["final_model"]) == (2, True, "billing")
+        assert nrt["hops"][0]["worker_id"] == ROUTER_HOST
+        assert stack.router_host.host.hosted["router"].source == str(router_v2)
+        state = await controller.wait_for(lambda s: s.manifest_version == 2 and not s.draining, within=10)
+        assert state.models["router"].artifact == str(router_v2)
+        assert state.models["router"].tiers == {ROUTER_HOST: "resident"}
+        new_id = response.headers["x-nrt-request-id"]
+
+    # in the log: the drain held by the v1 request, then the reload on router_svc, then the cut-over
+    log = [r async for r in event_store.read_positions()]
+    drain_started = position(log, DrainStarted, from_version=1, to_version=2, in_flight=1)
+    old_done = position(log, RequestCompleted, request_id=old_id, manifest_version=1)
+    unloaded = position(log, TierChanged, model_id="router", to_tier="unloaded", reason="manifest_swap")
+    placed = position(log, ModelPlaced, model_id="router", manifest_version=2)
+    resident = position(log, TierChanged, model_id="router", to_tier="resident", reason="manifest_swap")
+    cut = position(log, ManifestApplied, version=2)
+    new_routed = position(log, RequestRouted, request_id=new_id, manifest_version=2)
+    assert drain_started < old_done < unloaded < placed < resident < cut < new_routed
+    router_tiers = [
+        (r.event.worker_id, r.event.from_tier, r.event.to_tier, r.event.reason)
+        for r in log
+        if isinstance(r.event, TierChanged) and r.event.model_id == "router"
+    ]
+    assert router_tiers == [  # always on router_svc: placed at v1, then reloaded for v2
+        (ROUTER_HOST, "unloaded", "standby", "placement"),
+        (ROUTER_HOST, "standby", "resident", "placement"),
+        (ROUTER_HOST, "resident", "unloaded", "manifest_swap"),
+        (ROUTER_HOST, "unloaded", "standby", "manifest_swap"),
+        (ROUTER_HOST, "standby", "resident", "manifest_swap"),
+    ]

@@ -65,7 +65,13 @@ class Outbox:
 
     @property
     def outstanding(self) -> int:
+        """Events kept and not settled yet."""
         return len(self._where)
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """This process's files."""
+        return tuple(s.path for s in self._segments)
 
     def add(self, event_id: str, data: bytes) -> None:
         """Keep an event (its id and canonical JSON) until it is settled: one append, before it is published."""
