@@ -53,7 +53,7 @@ class Recorder:
         consumer: str = CONSUMER,
         batch: int = 1_000,
         poll_s: float = 0.1,
-        linger_s: float = 0.01,
+        linger_s: float = 0.05,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -95,7 +95,7 @@ class Recorder:
         first, last = stream.state.first_seq, stream.state.last_seq
         config = ConsumerConfig(
             durable_name=self.consumer,
-            ack_policy=AckPolicy.EXPLICIT,
+            ack_policy=AckPolicy.ALL,  # acknowledging a batch's last message acknowledges the batch
             ack_wait=ACK_WAIT_S,
             max_ack_pending=self.batch * 2,
             filter_subject=subjects.EVENTS_ALL,
@@ -163,8 +163,7 @@ class Recorder:
         last = messages[-1].metadata.sequence.stream
         result = await self.store.append(events, checkpoint=Checkpoint(consumer=self.consumer, sequence=last))
         self.sequence = last
-        for msg in messages:
-            await msg.ack()
+        await messages[-1].ack()  # and every message before it (AckPolicy.ALL): one ack per batch
         if result.duplicates:
             log.info("skipped %d events already in the log (redelivered)", result.duplicates)
         if result.recorded:
