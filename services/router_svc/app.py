@@ -37,6 +37,7 @@ def router_host(ctx: ServiceContext, settings: RouterSettings) -> Worker:
         detect(settings.router_ram),
         worker_id=settings.router_worker_id or f"router-{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
         max_batch_size=settings.router_max_batch,
+        ort_threads=settings.router_ort_threads,
         heartbeat_s=settings.heartbeat_s,
         role=WorkerRole.ROUTER,
     )

@@ -41,6 +41,13 @@ class RouterSettings(HeartbeatSettings):
         ge=1,
         description="how many requests a generative entry model runs in one batch (when it answers itself)",
     )
+    router_ort_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="ONNX Runtime intra-op threads for the entry model's session (`1` suits a small router on a "
+        "host shared with the other services)",
+        json_schema_extra={"default_text": "ONNX Runtime's: one per core"},
+    )
     queue: ClassVar[str] = "nrt-router"  # queue group: several router_svc instances share the requests
 
     @field_validator("router_ram", mode="before")

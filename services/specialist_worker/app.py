@@ -16,6 +16,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         worker_id=settings.worker_id,
         max_batch_size=settings.worker_max_batch,
         heartbeat_s=settings.heartbeat_s,
+        ort_threads=settings.worker_ort_threads,
         ort_spin=settings.worker_ort_spin,
     )
     await worker.start()

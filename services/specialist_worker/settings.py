@@ -22,6 +22,13 @@ class WorkerSettings(HeartbeatSettings):
         json_schema_extra={"default_text": "the host's memory"},
     )
     worker_max_batch: int = Field(default=16, ge=1, description="how many requests a model runs in one batch")
+    worker_ort_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="ONNX Runtime intra-op threads per model session (`1` suits small models on a host shared "
+        "with the other services)",
+        json_schema_extra={"default_text": "ONNX Runtime's: one per core"},
+    )
     worker_ort_spin: bool = Field(
         default=False,
         description="`1`: ONNX Runtime threads spin-wait between runs (faster on a host the worker has to itself; "

@@ -63,13 +63,16 @@ class Worker:
         worker_id: str | None = None,
         max_batch_size: int = 16,
         heartbeat_s: float = 2.0,
+        ort_threads: int | None = None,
         ort_spin: bool = False,
         promote_timeout: float = 60.0,
         role: WorkerRole = WorkerRole.SPECIALIST,
     ) -> None:
         self.broker = broker
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
-        self.host = ModelHost(ArtifactRegistry(spin=ort_spin), max_batch_size=max_batch_size)
+        self.host = ModelHost(
+            ArtifactRegistry(intra_op_threads=ort_threads, spin=ort_spin), max_batch_size=max_batch_size
+        )
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
         self.manifest = EventFollower(broker)
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)

@@ -85,6 +85,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_ROUTER_WORKER_ID": ("r-7", "router_worker_id", "r-7"),
         "NRT_ROUTER_RAM": ("2GB", "router_ram", 2 * 10**9),
         "NRT_ROUTER_MAX_BATCH": ("6", "router_max_batch", 6),
+        "NRT_ROUTER_ORT_THREADS": ("1", "router_ort_threads", 1),
+        "NRT_WORKER_ORT_THREADS": ("2", "worker_ort_threads", 2),
         "NRT_UVLOOP": ("0", "uvloop", False),
         "NRT_HEARTBEAT_S": ("0.25", "heartbeat_s", 0.25),
         "NRT_WORKER_ID": ("w-7", "worker_id", "w-7"),
