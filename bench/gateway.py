@@ -205,6 +205,28 @@ BREAKDOWN = (
 )
 
 
+FIRST_TOKEN = (
+    ("gateway: admit, validate, send the route request", "gateway_in_ms"),
+    ("transit: gateway -> router_svc", "to_router_ms"),
+    ("router_svc: own work (classification included)", "router_ms"),
+    ("transit: router_svc -> specialist", "to_worker_ms"),
+    ("specialist: own work to its first chunk", "worker_first_ms"),
+    ("transit: the first chunk, specialist -> gateway", "first_back_ms"),
+)
+
+
+def report_first_token(concurrency: int, stream: Run) -> None:
+    """Where a streamed answer's first token waits, hop by hop; the rest is HTTP and the client."""
+    print(f"per-hop breakdown to the first token, nrt stream c={concurrency} (p50 of each part, ms):", flush=True)
+    parts = 0.0
+    for label, part in FIRST_TOKEN:
+        value = stream.part(part, 50)
+        parts += value
+        report(f"  {label}", value, "ms", precision=3)
+    report("  client <-> gateway: HTTP in, SSE out (the rest)", stream.latency(50) - parts, "ms", precision=3)
+    report("  first content token at the client", stream.latency(50), "ms", precision=3)
+
+
 def report_breakdown(concurrency: int, nrt: Run) -> None:
     print(f"per-hop breakdown, nrt routed c={concurrency} (p50 of each part over the run, ms):", flush=True)
     for label, part in BREAKDOWN:
@@ -371,6 +393,7 @@ async def main(n: int, warmup: int, max_tokens: int, uvloop: bool, ort_threads: 
                 raise SystemExit(f"a child process crashed during the run: {servers.crashes[0]}")
             targets += _report(concurrency, floor, path, nrt, floor_stream, nrt_stream)
             report_breakdown(concurrency, nrt)
+            report_first_token(concurrency, nrt_stream)
     print("targets of issue 13 (this run):", flush=True)
     for target in targets:
         print(target.line(), flush=True)

@@ -211,8 +211,10 @@ async def _collect(
 async def _events(flight: Flight, first: str | None) -> AsyncIterator[bytes]:
     t = flight.transcript
     try:
-        yield sse(t.opening_chunk())
-        text = first
+        # the role, the router hop and the first token in one write: the client has them at once
+        opening = sse(t.opening_chunk())
+        yield opening + sse(t.content_chunk(first)) if first else opening
+        text = await flight.next_text() if first is not None else None
         while text is not None:
             if text:
                 yield sse(t.content_chunk(text))

@@ -35,6 +35,11 @@ class Hosted:
     target: LocalArtifact | RemoteEndpoint
     active_requests: int = 0
     sessions: set[str] = field(default_factory=set)
+    artifact_dir: Path | None = None  # a local artifact's directory, resolved once (the registry's key)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.target, LocalArtifact) and self.artifact_dir is None:
+            self.artifact_dir = Path(self.target.path).resolve()
 
     @property
     def remote(self) -> bool:
@@ -83,7 +88,7 @@ class ModelHost:
         hosted = self.hosted.get(model_id)
         if hosted is None or hosted.remote:
             return 0
-        path = Path(hosted.target.path).resolve()  # type: ignore[union-attr]
+        path = self._path(hosted)
         held = self.registry.weights(model_id).nbytes
         if self.registry.tier(model_id) == "resident":
             held += self._session_bytes.get(path, 0)
@@ -165,8 +170,8 @@ class ModelHost:
 
     @staticmethod
     def _path(hosted: Hosted) -> Path:
-        assert isinstance(hosted.target, LocalArtifact)
-        return Path(hosted.target.path).resolve()
+        assert hosted.artifact_dir is not None, f"{hosted.model_id} is not a local artifact"
+        return hosted.artifact_dir
 
     def _build_runtime(self, path: Path, model_id: str) -> Runtime:
         session = self.registry.session(model_id)
