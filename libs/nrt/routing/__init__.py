@@ -2,33 +2,63 @@
 
 No I/O here. ``router_svc`` asks the entry model for label scores and calls this core;
 the gateway uses ``resolve_model`` to tell routed from direct calls. The label set
-always comes from the manifest: scores for any other label are dropped.
+always comes from the manifest: scores for any other label are dropped. An encoder
+router's decision rules (``rules``) and the floor it calibrates from its own examples
+(``calibration``) live here too, so they run wherever the router model does.
 """
 
-from nrt.routing.centroid import CentroidIndex, build_index, nearest
+from nrt.routing.calibration import FLOOR_POSITION, calibratable, calibrate
 from nrt.routing.decision import (
     Decision,
     ModelCall,
-    Scored,
     classify_request,
     decide,
     resolve_model,
     restrict,
 )
+from nrt.routing.examples import IntentExamples, examples_digest, intent_examples, router_examples
+from nrt.routing.index import IntentIndex, build_index, unit_rows
+from nrt.routing.likelihood import (
+    NONE_LABEL,
+    classification_prompt,
+    likelihood_calibration,
+    likelihood_scores,
+)
 from nrt.routing.placement import serving_workers
+from nrt.routing.rules import KNN, ROUTER_RULE, RULES, Rule, score
+from nrt.routing.scored import Scored
 from nrt.routing.text import routing_text
+from nrt.routing.threshold import Threshold, threshold_in_force
 
 __all__ = [
-    "CentroidIndex",
+    "FLOOR_POSITION",
+    "KNN",
+    "NONE_LABEL",
+    "ROUTER_RULE",
+    "RULES",
     "Decision",
+    "IntentExamples",
+    "IntentIndex",
     "ModelCall",
+    "Rule",
     "Scored",
+    "Threshold",
     "build_index",
+    "calibratable",
+    "calibrate",
+    "classification_prompt",
     "classify_request",
     "decide",
-    "nearest",
+    "examples_digest",
+    "intent_examples",
+    "likelihood_calibration",
+    "likelihood_scores",
     "resolve_model",
     "restrict",
+    "router_examples",
     "routing_text",
+    "score",
     "serving_workers",
+    "threshold_in_force",
+    "unit_rows",
 ]
