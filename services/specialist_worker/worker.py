@@ -20,6 +20,7 @@ from nrt.bus.jetstream import EventPublisher
 from nrt.events import (
     Event,
     ManifestApplied,
+    RouterCalibrated,
     SessionKvEvicted,
     SessionOpened,
     SessionTouched,
@@ -37,6 +38,7 @@ from nrt.inference import (
 )
 from nrt.manifest import ModelSpec
 from nrt.protocol import (
+    Calibration,
     ClassifyReply,
     ClassifyRequest,
     ControlCommand,
@@ -51,8 +53,8 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
+from nrt.routing import Scored, examples_digest, intent_examples, likelihood_calibration, router_examples
 from specialist_worker import classify, remote
-from specialist_worker.classify import LabelScores
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.prompts import generation_request
 from specialist_worker.resources import HostResources
@@ -85,7 +87,7 @@ class Worker:
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
         self.events = EventPublisher(nc)
         self.manifest = EventFollower(nc)
-        self.centroids = classify.CentroidCache()
+        self.routers = classify.RouterIndexes()
         self._subscriptions: dict[str, Subscription] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -195,7 +197,31 @@ class Worker:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
             for step in steps:
                 self._tier_event(step, reason)
+            await self._calibrate_router(model_id)
         return steps
+
+    async def _calibrate_router(self, model_id: str) -> None:
+        """The manifest's entry model sets its own floor as it loads, not at its first request."""
+        manifest = self.manifest.manifest
+        if manifest is None or manifest.routing.entry != model_id or self.host.tier(model_id) != "resident":
+            return
+        intents = router_examples(manifest)
+        runtime = self.host.runtime(model_id)
+        try:
+            if isinstance(runtime, Encoder):
+                labels = tuple(label for label, _ in intents)
+                router = await asyncio.to_thread(self.routers.get, model_id, runtime, labels, dict(intents))
+                self._announce(model_id, router.calibration)
+            else:
+                self._announce(model_id, likelihood_calibration(examples_digest(intents)))
+        except Exception:  # the first request calibrates again, and says what is wrong
+            log.exception("router %s could not calibrate from its examples", model_id)
+
+    def _announce(self, model_id: str, calibration: Calibration | None) -> None:
+        """Record a router model's own floor, once per model and set of labels and examples."""
+        if calibration is not None and self.routers.first_time(model_id, calibration):
+            fields = msgspec.structs.asdict(calibration)
+            self.emit(RouterCalibrated(model_id=model_id, worker_id=self.worker_id, **fields))
 
     async def _subscribe(self, model_id: str) -> None:
         if model_id not in self._subscriptions:
@@ -265,6 +291,7 @@ class Worker:
                 change = self.host.demote if command.action == "demote" else self.host.unload
                 self._tier_event(await asyncio.to_thread(change, model_id), command.reason)
             if command.action == "unload":
+                self.routers.forget(model_id)
                 sub = self._subscriptions.pop(model_id, None)
                 if sub is not None:
                     await sub.unsubscribe()
@@ -396,14 +423,18 @@ class Worker:
         await self.ensure_resident(request.model_id, "on_demand", cold_start=True)
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
+        calibration: Calibration | None
         if isinstance(runtime, Encoder):
-            result = await asyncio.to_thread(self._classify_encoder, request, runtime)
+            result, calibration = await asyncio.to_thread(self._classify_encoder, request, runtime)
         else:
             spec = self.spec(request.model_id)
-            prompt = spec.template if spec is not None and spec.template else classify.DEFAULT_PROMPT
+            template = spec.template if spec is not None else None
             result = await asyncio.to_thread(
-                classify.classify_causal, runtime.model, request.labels, request.text, prompt
+                classify.classify_causal, runtime.model, request.labels, request.text, template
             )
+            calibration = likelihood_calibration(examples_digest(intent_examples(request.labels, request.examples)))
+        self._announce(request.model_id, calibration)
+        assert result.best is not None  # there is at least one label
         return ClassifyReply(
             model_id=request.model_id,
             worker_id=self.worker_id,
@@ -411,12 +442,13 @@ class Worker:
             best=result.best,
             confidence=result.confidence,
             latency_ms=(time.perf_counter() - started) * 1e3,
+            calibration=calibration,
         )
 
-    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> LabelScores:
-        """Off the event loop, in one thread handoff: the label centroids (cached) and the scores."""
-        centroids = self.centroids.centroids(request.model_id, encoder, request.labels, request.examples)
-        return classify.classify_encoder(encoder, centroids, request.labels, request.text)
+    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> tuple[Scored, Calibration | None]:
+        """Off the event loop, in one thread handoff: the router's index (built once) and the scores."""
+        router = self.routers.get(request.model_id, encoder, request.labels, request.examples)
+        return classify.classify_encoder(encoder, router, request.text), router.calibration
 
     async def embed(self, request: EmbedRequest) -> EmbedReply:
         await self.ensure_resident(request.model_id, "on_demand", cold_start=True)
