@@ -26,7 +26,7 @@ from nrt.protocol import Calibration
 from nrt.routing.index import FloatArray, IntentIndex
 from nrt.routing.rules import KNN, ROUTER_RULE, Rule, check_rule, nearest_examples, pick, uses_examples
 
-FLOOR_POSITION = 0.2
+FLOOR_POSITION = 0.15
 
 
 def calibrate(index: IntentIndex, rule: Rule = ROUTER_RULE, digest: str = "", k: int = KNN) -> Calibration | None:
