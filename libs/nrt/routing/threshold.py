@@ -46,7 +46,7 @@ class Threshold(msgspec.Struct, frozen=True, kw_only=True):
         if self.rule == "likelihood":
             odds = self.value / (1.0 - self.value) if self.value < 1.0 else float("inf")
             return (
-                f"{self.value:.2f}, the label-likelihood floor: the best label {odds:g}x as likely as 'none of these'"
+                f"{self.value:.2f}, the label-likelihood floor: the best label {odds:.3g}x as likely as 'none of these'"
             )
         return f"{self.value:.2f}, calibrated from {self.examples} examples"
 
