@@ -18,7 +18,8 @@ import msgspec
 import numpy as np
 
 from nrt.inference import CausalLM, Encoder
-from nrt.protocol import Calibration
+from nrt.manifest import Manifest
+from nrt.protocol import Calibration, ClassifyRequest
 from nrt.routing import (
     NONE_LABEL,
     IntentIndex,
@@ -28,9 +29,12 @@ from nrt.routing import (
     classification_prompt,
     examples_digest,
     intent_examples,
+    likelihood_calibration,
     likelihood_scores,
+    router_examples,
     score,
 )
+from specialist_worker.hosting import Runtime
 
 
 class RouterIndex(msgspec.Struct, frozen=True):
@@ -78,6 +82,27 @@ class RouterIndexes:
         with self._lock:
             self._built = {key: value for key, value in self._built.items() if key[0] != model_id}
             self._announced = {key for key in self._announced if key[0] != model_id}
+
+
+def calibration_at_load(
+    routers: RouterIndexes, manifest: Manifest | None, model_id: str, runtime: Runtime
+) -> Calibration | None:
+    """The floor the manifest's entry model sets itself as it loads (None for any other model).
+
+    An encoder embeds and calibrates the manifest's examples now, so that its first request
+    finds them ready; a label-likelihood model has its fixed odds."""
+    if manifest is None or manifest.routing.entry != model_id:
+        return None
+    intents = router_examples(manifest)
+    if isinstance(runtime, Encoder):
+        labels = tuple(label for label, _ in intents)
+        return routers.get(model_id, runtime, labels, dict(intents)).calibration
+    return likelihood_calibration(examples_digest(intents))
+
+
+def likelihood_floor(request: ClassifyRequest) -> Calibration:
+    """A label-likelihood router's floor for the labels (and examples) it was asked with."""
+    return likelihood_calibration(examples_digest(intent_examples(request.labels, request.examples)))
 
 
 def classify_encoder(encoder: Encoder, router: RouterIndex, text: str) -> Scored:

@@ -53,7 +53,7 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
-from nrt.routing import Scored, examples_digest, intent_examples, likelihood_calibration, router_examples
+from nrt.routing import Scored
 from specialist_worker import classify, remote
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.prompts import generation_request
@@ -202,20 +202,17 @@ class Worker:
 
     async def _calibrate_router(self, model_id: str) -> None:
         """The manifest's entry model sets its own floor as it loads, not at its first request."""
-        manifest = self.manifest.manifest
-        if manifest is None or manifest.routing.entry != model_id or self.host.tier(model_id) != "resident":
+        if self.host.tier(model_id) != "resident":
             return
-        intents = router_examples(manifest)
-        runtime = self.host.runtime(model_id)
+        runtime, manifest = self.host.runtime(model_id), self.manifest.manifest
         try:
-            if isinstance(runtime, Encoder):
-                labels = tuple(label for label, _ in intents)
-                router = await asyncio.to_thread(self.routers.get, model_id, runtime, labels, dict(intents))
-                self._announce(model_id, router.calibration)
-            else:
-                self._announce(model_id, likelihood_calibration(examples_digest(intents)))
+            calibration = await asyncio.to_thread(
+                classify.calibration_at_load, self.routers, manifest, model_id, runtime
+            )
         except Exception:  # the first request calibrates again, and says what is wrong
             log.exception("router %s could not calibrate from its examples", model_id)
+            return
+        self._announce(model_id, calibration)
 
     def _announce(self, model_id: str, calibration: Calibration | None) -> None:
         """Record a router model's own floor, once per model and set of labels and examples."""
@@ -432,7 +429,7 @@ class Worker:
             result = await asyncio.to_thread(
                 classify.classify_causal, runtime.model, request.labels, request.text, template
             )
-            calibration = likelihood_calibration(examples_digest(intent_examples(request.labels, request.examples)))
+            calibration = classify.likelihood_floor(request)
         self._announce(request.model_id, calibration)
         assert result.best is not None  # there is at least one label
         return ClassifyReply(
