@@ -10,7 +10,7 @@ import msgspec
 from nrt.manifest import Manifest
 from nrt.protocol import Calibration, ClassifyReply, ClassifyRequest
 from nrt.routing.scored import Scored
-from nrt.routing.threshold import Threshold, threshold_in_force
+from nrt.routing.threshold import Threshold, ThresholdSource, threshold_in_force
 
 ModelCall = Literal["routed", "direct"]
 
@@ -26,8 +26,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     scores: dict[str, float]
     confidence: float
     threshold: float
+    threshold_source: ThresholdSource  # where ``threshold`` comes from: manifest | calibrated | none
     rule: str  # the dispatch rule and how it resolved, for people and the event log
-    threshold_source: str = "manifest"  # Threshold.source: manifest | calibrated | none
 
 
 def resolve_model(manifest: Manifest, model: str) -> ModelCall | None:
