@@ -88,7 +88,7 @@ MANIFEST = """\
 cluster: bench-gateway
 resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
 models:
-  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical}}
+  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
   specialists:
     - id: billing
       source: "catalogue://tiny-llama"

@@ -90,7 +90,7 @@ class Router:
             self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
         )
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        return decide(manifest, restrict(reply, manifest.intent_labels)), reply, elapsed_ms
+        return decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration), reply, elapsed_ms
 
     async def _forward(self, request: RouteRequest, target: str, inbox: StreamInbox) -> None:
         # A forwarded request has someone else's reply subject, so NATS cannot tell the gateway

@@ -14,16 +14,23 @@ from collections.abc import Callable
 from nrt.events import TierChanged
 from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, Transition
-from specialist_worker.ports import EventSink, ModelSubjects, SpecLookup
+from specialist_worker.ports import EventSink, Loaded, ModelSubjects, SpecLookup
 from specialist_worker.sources import resolve
 
 
 class Tiers:
     def __init__(
-        self, worker_id: str, host: ModelHost, events: EventSink, specs: SpecLookup, model_subjects: ModelSubjects
+        self,
+        worker_id: str,
+        host: ModelHost,
+        events: EventSink,
+        specs: SpecLookup,
+        model_subjects: ModelSubjects,
+        loaded: Loaded | None = None,
     ) -> None:
         self.worker_id, self.host, self.events, self.specs = worker_id, host, events, specs
         self.model_subjects = model_subjects
+        self.loaded = loaded  # told of each model once its load is recorded (an entry router calibrates)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def load(self, model_id: str, source: str, tier: Tier, reason: Reason) -> list[Transition]:
@@ -46,6 +53,8 @@ class Tiers:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
             for step in steps:
                 self._record(step, reason)
+            if self.loaded is not None:
+                await self.loaded(model_id)
         return steps
 
     async def promote(self, model_id: str, reason: Reason, cold_start: bool) -> float | None:

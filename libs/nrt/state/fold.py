@@ -21,6 +21,7 @@ from nrt.events import (
     RequestCompleted,
     RequestDispatched,
     RequestFailed,
+    RouterCalibrated,
     RouterFired,
     SessionClosed,
     SessionKvEvicted,
@@ -149,6 +150,7 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         promotions=model.promotions + (1 if up else 0),
         demotions=model.demotions + (1 if moved and not up else 0),
         cold_starts=model.cold_starts + (1 if e.cold_start else 0),
+        calibrated=model.calibrated if placements else None,  # held nowhere: a reload calibrates anew
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
     return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
@@ -219,6 +221,11 @@ def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
     )
 
 
+def _router_calibrated(state: ClusterState, e: RouterCalibrated) -> ClusterState:
+    updated = replace(_model(state, e.model_id), calibrated=e)
+    return replace(state, models=_with(state.models, e.model_id, updated))
+
+
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
     return replace(state, counters=_count(state.counters, dispatches=1))
 
@@ -262,6 +269,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
     SessionClosed: _session_closed,
     RequestAdmitted: _request_admitted,
     RouterFired: _router_fired,
+    RouterCalibrated: _router_calibrated,
     RequestDispatched: _request_dispatched,
     RequestCompleted: _request_completed,
     RequestFailed: _request_failed,
