@@ -74,6 +74,7 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "SessionClosed": ("specialist_worker",),
     "RequestAdmitted": ("api_gateway",),
     "RouterFired": ("router_svc",),
+    "RouterCalibrated": ("specialist_worker", "cluster_state"),
     "RequestDispatched": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
     "RequestFailed": ("api_gateway",),
