@@ -51,8 +51,14 @@ class Tiers:
             await self.model_subjects.subscribe(model_id)
             if tier == Tier.RESIDENT:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
-            for step in steps:
-                self._record(step, reason)
+            if any(step.changed for step in steps):
+                for step in steps:
+                    self._record(step, reason)
+            else:
+                # Told to load what it already holds: cluster_state's view has lost this placement
+                # (it declared the worker lost, say, while a long load held it up). Answer with the
+                # real state, in the log too, or the placement would be retried without end.
+                self._record(steps[-1], reason, held=True)
             if self.loaded is not None:
                 await self.loaded(model_id)
         return steps
@@ -83,10 +89,11 @@ class Tiers:
     def _lock(self, model_id: str) -> asyncio.Lock:
         return self._locks.setdefault(model_id, asyncio.Lock())
 
-    def _record(self, step: Transition, reason: Reason, cold_start: bool = False) -> None:
+    def _record(self, step: Transition, reason: Reason, cold_start: bool = False, held: bool = False) -> None:
         """Record a measured tier change; none for a step that changed nothing, except a failed
-        load (unloaded -> unloaded), which withdraws the placement the log announced."""
-        if step.changed or reason == Reason.LOAD_FAILED:
+        load (unloaded -> unloaded), which withdraws the placement the log announced, and a load
+        of a model already ``held`` here, which re-announces its tier (from and to the same)."""
+        if step.changed or held or reason == Reason.LOAD_FAILED:
             self.events.emit(
                 TierChanged(
                     model_id=step.model_id,

@@ -68,6 +68,11 @@ async def _history(nc: Client, store: EventStore, start_cluster_state: StartServ
     floor = RouterCalibrated(model_id="router", worker_id="w1", threshold=0.31, rule="centroid", examples=12)
     await publisher.publish(floor)
     await until_head(store, 61)
+    # the head counts cluster_state's own decisions too: wait for the floor itself to be recorded
+    deadline = asyncio.get_running_loop().time() + 20
+    while not [r async for r in store.read_positions() if r.event.event_id == floor.event_id]:
+        assert asyncio.get_running_loop().time() < deadline, "the router's floor was not recorded"
+        await asyncio.sleep(0.05)
     await first.stop()
     logged = [r.event async for r in store.read_positions()]
     await _recreate_stream(nc)  # NATS without its store, or another NATS
