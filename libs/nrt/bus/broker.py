@@ -123,6 +123,9 @@ async def serve(
     )
     subscriber(handler)
     await subscriber.start()
+    # the server has the subscription when this returns: a request from another connection (or an
+    # announcement that follows, such as a worker's tier events) never meets "no responders"
+    await broker.connection.flush()
     return subscriber
 
 
