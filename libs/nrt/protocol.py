@@ -152,6 +152,21 @@ class ClassifyRequest(msgspec.Struct, frozen=True, kw_only=True, tag="classify")
     examples: dict[str, tuple[str, ...]] = {}  # label -> example utterances (encoder routers)
 
 
+class Calibration(msgspec.Struct, frozen=True, kw_only=True):
+    """The confidence floor a router model sets itself when the manifest sets no threshold.
+
+    An encoder derives it from its labelled examples (leave-one-out, see ``nrt.routing.calibration``);
+    a label-likelihood model uses its "none of these" odds (``examples`` is 0 then).
+    """
+
+    threshold: float  # in [0, 1], compared with ClassifyReply.confidence
+    rule: str  # the decision rule whose confidence it bounds, e.g. "centroid" or "likelihood"
+    examples: int  # labelled examples it was derived from
+    own: float = 0.0  # mean confidence of a held-out example with its own intent in the index
+    other: float = 0.0  # mean confidence of an example with its own intent left out
+    digest: str = ""  # of the labels and examples it was derived from (nrt.routing.examples_digest)
+
+
 class ClassifyReply(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     worker_id: str
@@ -159,6 +174,7 @@ class ClassifyReply(msgspec.Struct, frozen=True, kw_only=True):
     best: str
     confidence: float  # in [0, 1]: how sure the model is of ``best``
     latency_ms: float
+    calibration: Calibration | None = None  # the model's own floor, used when the manifest sets no threshold
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):

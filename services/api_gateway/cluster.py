@@ -13,7 +13,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import RawBody
 
 from api_gateway.errors import ApiError
-from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo
+from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.broker import call
@@ -21,6 +21,7 @@ from nrt.bus.errors import RemoteError
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.protocol import ApplyManifest, ApplyResult, StateQuery
+from nrt.routing import threshold_in_force
 from nrt.state import ClusterState
 
 log = logging.getLogger("api_gateway")
@@ -60,9 +61,23 @@ def model_infos(manifest: Manifest, state: ClusterState, created: int) -> list[M
                 source=spec.source,
                 description=spec.description,
                 placements=placements,
+                threshold=threshold_info(manifest, state) if spec.id == manifest.routing.entry else None,
             )
         )
     return out
+
+
+def threshold_info(manifest: Manifest, state: ClusterState) -> ThresholdInfo:
+    """The entry model's floor: the manifest's, else the one its router model recorded calibrating."""
+    entry = state.models.get(manifest.routing.entry)
+    threshold = threshold_in_force(manifest, entry.calibrated if entry is not None else None)
+    return ThresholdInfo(
+        value=threshold.value,
+        source=threshold.source,
+        rule=threshold.rule,
+        examples=threshold.examples,
+        summary=f"threshold {threshold.describe()}",
+    )
 
 
 STATE_SOURCE_HEADER = "X-NRT-State-Source"

@@ -195,6 +195,16 @@ class PlacementInfo(msgspec.Struct, kw_only=True):
     bytes_held: int
 
 
+class ThresholdInfo(msgspec.Struct, kw_only=True):
+    """The entry model's confidence floor: below it, the fallback (or the router itself) answers."""
+
+    value: float  # 0.0 with source "none": every best label is trusted
+    source: str  # manifest | calibrated (by the router model, from its examples) | none (not yet)
+    rule: str  # calibrated: the decision rule it bounds (centroid, likelihood)
+    examples: int  # calibrated: the labelled examples it was derived from
+    summary: str  # e.g. "threshold 0.38, calibrated from 80 examples"
+
+
 class ModelInfo(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["model"] = "model"
@@ -207,6 +217,7 @@ class ModelInfo(msgspec.Struct, kw_only=True):
     source: str
     description: str
     placements: list[PlacementInfo]  # where it is loaded now, and at which tier
+    threshold: ThresholdInfo | None = None  # the entry model only
 
 
 class ModelList(msgspec.Struct, kw_only=True):

@@ -9,7 +9,8 @@ when it is not, it re-publishes from the log the events the current state is mad
 
 - the last ``ManifestApplied`` and any drain events after it (the manifest in force);
 - each live worker's last ``WorkerJoined``;
-- for each placement on a live worker, its last ``ModelPlaced`` and ``TierChanged``.
+- for each placement on a live worker, its last ``ModelPlaced`` and ``TierChanged``;
+- for each model still placed somewhere live, its last ``RouterCalibrated`` (the router's floor).
 
 They go out in log order and as recorded, event ids included, so the recorder gets them
 back as events the log already holds and skips them: the log gains no row and its hash
@@ -31,6 +32,7 @@ from nrt.events import (
     EventDecodeError,
     ManifestApplied,
     ModelPlaced,
+    RouterCalibrated,
     TierChanged,
     WorkerJoined,
     decode,
@@ -65,6 +67,7 @@ class StateInForce:
         self._joined: dict[str, RecordedEvent] = {}
         self._placed: dict[tuple[str, str], RecordedEvent] = {}
         self._tiers: dict[tuple[str, str], RecordedEvent] = {}
+        self._calibrated: dict[str, RecordedEvent] = {}
 
     def add(self, record: RecordedEvent) -> None:
         event = record.event
@@ -79,9 +82,12 @@ class StateInForce:
             self._placed[(event.model_id, event.worker_id)] = record
         elif isinstance(event, TierChanged):
             self._tiers[(event.model_id, event.worker_id)] = record
+        elif isinstance(event, RouterCalibrated):
+            self._calibrated[event.model_id] = record
 
     def events(self) -> list[Event]:
-        """The events that rebuild the manifest, the live workers and their placements, in log order."""
+        """The events that rebuild the manifest, the live workers, their placements and the routers'
+        calibrated floors, in log order."""
         live = {worker_id for worker_id, worker in self.state.workers.items() if worker.alive}
         chosen = [*self._manifest, *(self._joined[w] for w in live if w in self._joined)]
         for model_id, model in self.state.models.items():
@@ -89,6 +95,8 @@ class StateInForce:
                 if worker_id in live:
                     key = (model_id, worker_id)
                     chosen += [r for r in (self._placed.get(key), self._tiers.get(key)) if r is not None]
+            if model.calibrated is not None and live.intersection(model.placements) and model_id in self._calibrated:
+                chosen.append(self._calibrated[model_id])
         return [r.event for r in sorted(chosen, key=lambda r: r.position)]
 
 

@@ -117,7 +117,7 @@ class Router:
             reply = await rpc.request(
                 self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
             )
-        return decide(manifest, restrict(reply, manifest.intent_labels)), reply
+        return decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration), reply
 
     async def _classify_here(self, ask: ClassifyRequest) -> ClassifyReply:
         """The entry model's scores, computed in this process (no NATS hop)."""

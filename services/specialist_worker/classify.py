@@ -1,85 +1,126 @@
 """Scoring a fixed set of labels for a text; only the labels given can ever be returned.
 
-- Encoder models: cosine similarity of the text's embedding to each label's centroid
-  (the normalized mean of its example utterances, or of the label itself without examples).
-- Causal models: the log-likelihood of each label as the continuation of a classification
-  prompt, computed with the KV cache of the prompt; confidence is the softmax over labels.
+- Encoder models: the manifest's example utterances of each label are embedded once per
+  (model, labels and examples) into an intent index, and the router's decision rule scores
+  the text's embedding against it; the same index calibrates the router's confidence floor
+  (``nrt.routing.calibration``) when it is built.
+- Causal models: the log-likelihood of each label, and of "none of these", as the continuation
+  of a classification prompt, computed with the KV cache of the prompt
+  (``nrt.routing.likelihood``: the confidence is the best label's odds against none).
 """
 
 from __future__ import annotations
 
-import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from nrt.inference import CausalLM, Encoder
-
-FloatArray = npt.NDArray[np.float32]
-
-DEFAULT_PROMPT = "Classify the request into one of these categories: {labels}.\nRequest: {text}\nCategory:"
-
-
-class LabelScores(msgspec.Struct, frozen=True, kw_only=True):
-    scores: dict[str, float]
-    best: str
-    confidence: float
-
-
-def _pick(labels: Sequence[str], scores: Sequence[float], confidence: float) -> LabelScores:
-    best = int(np.argmax(scores))
-    return LabelScores(
-        scores={label: float(s) for label, s in zip(labels, scores, strict=True)},
-        best=labels[best],
-        confidence=float(min(1.0, max(0.0, confidence))),
-    )
+from nrt.manifest import Manifest
+from nrt.protocol import Calibration, ClassifyRequest
+from nrt.routing import (
+    NONE_LABEL,
+    Scored,
+    classification_prompt,
+    examples_digest,
+    intent_examples,
+    likelihood_calibration,
+    likelihood_scores,
+    router_examples,
+)
+from nrt.routing.calibration import calibrate
+from nrt.routing.index import IntentIndex, build_index
+from nrt.routing.rules import score
+from specialist_worker.hosting import Runtime
 
 
-class CentroidCache:
-    """Label centroids per (model, examples), computed once."""
+class RouterIndex(msgspec.Struct, frozen=True):
+    """An encoder router's example index and the floor it calibrated from it."""
+
+    index: IntentIndex
+    calibration: Calibration | None
+
+
+class RouterIndexes:
+    """Router indexes per (model, labels and examples), built once (thread-safe), and which
+    calibrations have been announced."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, FloatArray] = {}
+        self._built: dict[tuple[str, str], RouterIndex] = {}
+        self._announced: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
 
-    def centroids(
+    def get(
         self, model_id: str, encoder: Encoder, labels: Sequence[str], examples: Mapping[str, Sequence[str]]
-    ) -> FloatArray:
-        texts = [tuple(examples.get(label) or (label,)) for label in labels]
-        key = model_id + hashlib.sha256(msgspec.json.encode([labels, texts])).hexdigest()
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        rows = []
-        for group in texts:
-            mean = encoder.embed(list(group)).mean(axis=0)
-            rows.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
-        centroids = np.stack(rows).astype(np.float32)
-        self._cache[key] = centroids
-        return centroids
+    ) -> RouterIndex:
+        """The index for these labels and examples (embedded and calibrated on first use)."""
+        intents = intent_examples(labels, examples)
+        digest = examples_digest(intents)
+        key = (model_id, digest)
+        with self._lock:  # one build per key, even when requests arrive together
+            built = self._built.get(key)
+            if built is None:
+                index = build_index({label: encoder.embed(list(texts)) for label, texts in intents})
+                built = RouterIndex(index=index, calibration=calibrate(index, digest=digest))
+                self._built[key] = built
+            return built
+
+    def first_time(self, model_id: str, calibration: Calibration) -> bool:
+        """True once per model and calibration: the time to record it."""
+        key = (model_id, calibration.rule, calibration.digest)
+        with self._lock:
+            if key in self._announced:
+                return False
+            self._announced.add(key)
+            return True
+
+    def forget(self, model_id: str) -> None:
+        """Drop ``model_id``'s indexes (its weights are gone; a reload may be another model)."""
+        with self._lock:
+            self._built = {key: value for key, value in self._built.items() if key[0] != model_id}
+            self._announced = {key for key in self._announced if key[0] != model_id}
 
 
-def classify_encoder(encoder: Encoder, centroids: FloatArray, labels: Sequence[str], text: str) -> LabelScores:
-    vector = encoder.embed([text])[0]
-    similarities = centroids @ vector
-    return _pick(labels, similarities.tolist(), float(similarities.max()))
+def calibration_at_load(
+    routers: RouterIndexes, manifest: Manifest | None, model_id: str, runtime: Runtime
+) -> Calibration | None:
+    """The floor the manifest's entry model sets itself as it loads (None for any other model).
+
+    An encoder embeds and calibrates the manifest's examples now, so that its first request
+    finds them ready; a label-likelihood model has its fixed odds."""
+    if manifest is None or manifest.routing.entry != model_id:
+        return None
+    intents = router_examples(manifest)
+    if isinstance(runtime, Encoder):
+        labels = tuple(label for label, _ in intents)
+        return routers.get(model_id, runtime, labels, dict(intents)).calibration
+    return likelihood_calibration(examples_digest(intents))
 
 
-def classify_causal(model: CausalLM, labels: Sequence[str], text: str, prompt: str = DEFAULT_PROMPT) -> LabelScores:
-    """Sum of log-probabilities of each label's tokens after the prompt.
+def likelihood_floor(request: ClassifyRequest) -> Calibration:
+    """A label-likelihood router's floor for the labels (and examples) it was asked with."""
+    return likelihood_calibration(examples_digest(intent_examples(request.labels, request.examples)))
 
-    One prefill of the prompt, shared; then one run per label over the prompt's cache that
-    scores all of the label's tokens at once (the logits of position i predict token i+1).
+
+def classify_encoder(encoder: Encoder, router: RouterIndex, text: str) -> Scored:
+    return score(router.index, encoder.embed([text])[0])
+
+
+def classify_causal(model: CausalLM, labels: Sequence[str], text: str, template: str | None = None) -> Scored:
+    """Sum of log-probabilities of each label's tokens (and of "none") after the prompt.
+
+    One prefill of the prompt, shared; then one run per option over the prompt's cache that
+    scores all of its tokens at once (the logits of position i predict token i+1).
     """
-    rendered = prompt.replace("{labels}", ", ".join(labels)).replace("{text}", text)
-    prompt_ids = model.encode(rendered)
+    prompt_ids = model.encode(classification_prompt(labels, text, template))
     length = len(prompt_ids)
     ids = np.array([prompt_ids], dtype=np.int64)
     last, past = model.forward(ids, np.ones_like(ids), np.arange(length)[None, :], model.empty_past())
-    scores = []
-    for label in labels:
-        tokens = model.encode(" " + label, add_special_tokens=False)
+
+    def log_likelihood(option: str) -> float:
+        tokens = model.encode(" " + option, add_special_tokens=False)
         predictions = last[0][None, :]
         if len(tokens) > 1:
             feed = np.array([tokens[:-1]], dtype=np.int64)
@@ -90,8 +131,6 @@ def classify_causal(model: CausalLM, labels: Sequence[str], text: str, prompt: s
             predictions = np.concatenate([predictions, rest[0]], axis=0)
         shifted = predictions.astype(np.float64) - predictions.max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        scores.append(float(log_probs[np.arange(len(tokens)), tokens].sum()))
-    values = np.array(scores, dtype=np.float64)
-    probabilities = np.exp(values - values.max())
-    probabilities /= probabilities.sum()
-    return _pick(labels, scores, float(probabilities.max()))
+        return float(log_probs[np.arange(len(tokens)), tokens].sum())
+
+    return likelihood_scores({label: log_likelihood(label) for label in labels}, log_likelihood(NONE_LABEL))

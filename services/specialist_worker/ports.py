@@ -17,6 +17,7 @@ from nrt.protocol import PromoteModel, PromoteResult, WorkerHeartbeat
 SpecLookup = Callable[[str], ModelSpec | None]  # a model's spec in the manifest in force; None without one
 SendHeartbeat = Callable[[WorkerHeartbeat], Awaitable[None]]  # -> nrt.workers.heartbeat
 AskPromotion = Callable[[PromoteModel], Awaitable[PromoteResult]]  # -> cluster_state (nrt.models.promote)
+Loaded = Callable[[str], Awaitable[None]]  # after a model's load is recorded (the serving job's turn)
 
 
 class Publisher(Protocol):

@@ -9,22 +9,36 @@ A conversation's turns on a local model share its KV cache, recorded as session 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+import msgspec
+
 from nrt.bus.errors import BadRequest, RemoteError
-from nrt.events import SessionOpened, SessionTouched
+from nrt.events import RouterCalibrated, SessionOpened, SessionTouched
 from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
-from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, GenerateChunk, GenerateRequest
-from nrt.vocabulary import Reason
+from nrt.manifest import Manifest
+from nrt.protocol import (
+    Calibration,
+    ClassifyReply,
+    ClassifyRequest,
+    EmbedReply,
+    EmbedRequest,
+    GenerateChunk,
+    GenerateRequest,
+)
+from nrt.routing import Scored
+from nrt.vocabulary import Reason, Tier
 from specialist_worker import classify, remote
-from specialist_worker.classify import LabelScores
 from specialist_worker.hosting import ModelHost, session_key
 from specialist_worker.ports import EventSink, SpecLookup
 from specialist_worker.prompts import generation_request
 from specialist_worker.sources import RemoteEndpoint
+
+log = logging.getLogger("nrt.worker")
 
 CANNOT_GENERATE = "cannot_generate"  # the error code of a generate request to an encoder
 
@@ -39,10 +53,17 @@ class Residency(Protocol):
 
 class Serving:
     def __init__(
-        self, worker_id: str, host: ModelHost, residency: Residency, events: EventSink, specs: SpecLookup
+        self,
+        worker_id: str,
+        host: ModelHost,
+        residency: Residency,
+        events: EventSink,
+        specs: SpecLookup,
+        manifest: Callable[[], Manifest | None] = lambda: None,
     ) -> None:
         self.worker_id, self.host, self.residency, self.events, self.specs = worker_id, host, residency, events, specs
-        self.centroids = classify.CentroidCache()
+        self.manifest = manifest  # the manifest in force (an entry encoder calibrates from its examples)
+        self.routers = classify.RouterIndexes()
 
     @contextmanager
     def active(self, model_id: str) -> Iterator[None]:
@@ -118,14 +139,18 @@ class Serving:
         await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
+        calibration: Calibration | None
         if isinstance(runtime, Encoder):
-            result = await asyncio.to_thread(self._classify_encoder, request, runtime)
+            result, calibration = await asyncio.to_thread(self._classify_encoder, request, runtime)
         else:
             spec = self.specs(request.model_id)
-            prompt = spec.template if spec is not None and spec.template else classify.DEFAULT_PROMPT
+            template = spec.template if spec is not None else None
             result = await asyncio.to_thread(
-                classify.classify_causal, runtime.model, request.labels, request.text, prompt
+                classify.classify_causal, runtime.model, request.labels, request.text, template
             )
+            calibration = classify.likelihood_floor(request)
+        self._announce(request.model_id, calibration)
+        assert result.best is not None  # there is at least one label
         return ClassifyReply(
             model_id=request.model_id,
             worker_id=self.worker_id,
@@ -133,12 +158,37 @@ class Serving:
             best=result.best,
             confidence=result.confidence,
             latency_ms=(time.perf_counter() - started) * 1e3,
+            calibration=calibration,
         )
 
-    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> LabelScores:
-        """Off the event loop, in one thread handoff: the label centroids (cached) and the scores."""
-        centroids = self.centroids.centroids(request.model_id, encoder, request.labels, request.examples)
-        return classify.classify_encoder(encoder, centroids, request.labels, request.text)
+    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> tuple[Scored, Calibration | None]:
+        """Off the event loop, in one thread handoff: the router's index (built once) and the scores."""
+        router = self.routers.get(request.model_id, encoder, request.labels, request.examples)
+        return classify.classify_encoder(encoder, router, request.text), router.calibration
+
+    async def calibrate_at_load(self, model_id: str) -> None:
+        """The manifest's entry model sets its own floor as it loads, not at its first request."""
+        if self.host.tier(model_id) != Tier.RESIDENT:
+            return
+        runtime = self.host.runtime(model_id)
+        try:
+            calibration = await asyncio.to_thread(
+                classify.calibration_at_load, self.routers, self.manifest(), model_id, runtime
+            )
+        except Exception:  # the first request calibrates again, and says what is wrong
+            log.exception("router %s could not calibrate from its examples", model_id)
+            return
+        self._announce(model_id, calibration)
+
+    def forget(self, model_id: str) -> None:
+        """An unloaded model's router index goes with it."""
+        self.routers.forget(model_id)
+
+    def _announce(self, model_id: str, calibration: Calibration | None) -> None:
+        """Record a router model's own floor, once per model and set of labels and examples."""
+        if calibration is not None and self.routers.first_time(model_id, calibration):
+            fields = msgspec.structs.asdict(calibration)
+            self.events.emit(RouterCalibrated(model_id=model_id, worker_id=self.worker_id, **fields))
 
     async def embed(self, request: EmbedRequest) -> EmbedReply:
         await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)

@@ -14,16 +14,23 @@ from collections.abc import Callable
 from nrt.events import TierChanged
 from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, Transition
-from specialist_worker.ports import EventSink, ModelSubjects, SpecLookup
+from specialist_worker.ports import EventSink, Loaded, ModelSubjects, SpecLookup
 from specialist_worker.sources import resolve
 
 
 class Tiers:
     def __init__(
-        self, worker_id: str, host: ModelHost, events: EventSink, specs: SpecLookup, model_subjects: ModelSubjects
+        self,
+        worker_id: str,
+        host: ModelHost,
+        events: EventSink,
+        specs: SpecLookup,
+        model_subjects: ModelSubjects,
+        loaded: Loaded | None = None,
     ) -> None:
         self.worker_id, self.host, self.events, self.specs = worker_id, host, events, specs
         self.model_subjects = model_subjects
+        self.loaded = loaded  # told of each model once its load is recorded (an entry router calibrates)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def load(self, model_id: str, source: str, tier: Tier, reason: Reason) -> list[Transition]:
@@ -44,8 +51,16 @@ class Tiers:
             await self.model_subjects.subscribe(model_id)
             if tier == Tier.RESIDENT:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
-            for step in steps:
-                self._record(step, reason)
+            if any(step.changed for step in steps):
+                for step in steps:
+                    self._record(step, reason)
+            else:
+                # Told to load what it already holds: cluster_state's view has lost this placement
+                # (it declared the worker lost, say, while a long load held it up). Answer with the
+                # real state, in the log too, or the placement would be retried without end.
+                self._record(steps[-1], reason, held=True)
+            if self.loaded is not None:
+                await self.loaded(model_id)
         return steps
 
     async def promote(self, model_id: str, reason: Reason, cold_start: bool) -> float | None:
@@ -74,10 +89,11 @@ class Tiers:
     def _lock(self, model_id: str) -> asyncio.Lock:
         return self._locks.setdefault(model_id, asyncio.Lock())
 
-    def _record(self, step: Transition, reason: Reason, cold_start: bool = False) -> None:
+    def _record(self, step: Transition, reason: Reason, cold_start: bool = False, held: bool = False) -> None:
         """Record a measured tier change; none for a step that changed nothing, except a failed
-        load (unloaded -> unloaded), which withdraws the placement the log announced."""
-        if step.changed or reason == Reason.LOAD_FAILED:
+        load (unloaded -> unloaded), which withdraws the placement the log announced, and a load
+        of a model already ``held`` here, which re-announces its tier (from and to the same)."""
+        if step.changed or held or reason == Reason.LOAD_FAILED:
             self.events.emit(
                 TierChanged(
                     model_id=step.model_id,

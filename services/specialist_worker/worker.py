@@ -80,9 +80,11 @@ class Worker:
         self.presence = Presence(
             self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s, role
         )
-        self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self)
+        self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
-        self.serving = Serving(self.worker_id, self.host, self.control, self.presence, self.spec)
+        self.serving = Serving(
+            self.worker_id, self.host, self.control, self.presence, self.spec, lambda: self.manifest.manifest
+        )
         self.started = asyncio.Event()  # set once it has joined and obeys control commands
 
     @property
@@ -140,6 +142,7 @@ class Worker:
             )
 
     async def unsubscribe(self, model_id: str) -> None:
+        self.serving.forget(model_id)
         sub = self._subscriptions.pop(model_id, None)
         if sub is not None:
             await sub.unsubscribe()
@@ -158,6 +161,9 @@ class Worker:
 
     async def _send_heartbeat(self, beat: WorkerHeartbeat) -> None:
         await self._heartbeats.publish(beat)
+
+    async def _loaded(self, model_id: str) -> None:
+        await self.serving.calibrate_at_load(model_id)
 
     async def _ask_promotion(self, ask: PromoteModel) -> PromoteResult:
         return await bus.call(self.broker, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)

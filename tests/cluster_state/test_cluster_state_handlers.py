@@ -12,16 +12,29 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from cluster_helpers import GB, applied, beat, joined, manifest, placed, view
+from cluster_helpers import GB, applied, beat, joined, manifest, manifest_text, placed, router_host, view
 from faststream.nats import NatsBroker, TestNatsBroker
 
 from cluster_state.controller import Controller
 from cluster_state.promotion import promote
+from cluster_state.swap import Swapper
 from nrt.bus import broker as bus
 from nrt.bus import subjects
 from nrt.bus.errors import RemoteError
-from nrt.events import Event
-from nrt.protocol import ControlCommand, ControlReply, PromoteModel, PromoteResult
+from nrt.events import Event, TierChanged
+from nrt.policies import ControlState
+from nrt.protocol import (
+    ApplyManifest,
+    ApplyResult,
+    ControlCommand,
+    ControlReply,
+    PromoteModel,
+    PromoteResult,
+    StateQuery,
+)
+from nrt.state import ClusterState
+from nrt.store import InMemoryEventStore
+from nrt.vocabulary import Tier, WorkerRole
 
 
 class Published:
@@ -121,3 +134,121 @@ async def test_a_heartbeat_reaches_the_controller_and_an_undecodable_one_changes
     await memory.publish(b'{"worker_id": "w2"}', subjects.WORKER_HEARTBEAT)  # missing every other field
     assert controller.state.seen["w1"].beats == before + 1
     assert "w2" not in controller.state.seen
+
+
+# -- the whole control loop in memory: the broker, the log and a fake worker ---------------------
+
+
+class Loopback:
+    """The recorder's part without NATS or PostgreSQL: every event published is appended to an
+    in-memory log (the same contract as the PostgreSQL store) and folded by the controller."""
+
+    def __init__(self) -> None:
+        self.log = InMemoryEventStore()
+        self.controller: Controller | None = None
+
+    async def publish(self, event: Event) -> int:
+        result = await self.log.append([event])
+        assert self.controller is not None
+        self.controller.on_recorded(result.recorded)
+        return await self.log.head()
+
+
+async def worker_recording_its_tiers(broker: NatsBroker, loop: Loopback, worker_id: str = "w1") -> list[ControlCommand]:
+    """A worker's control subject: obeys each command at once and records the TierChanged a real worker would."""
+    received: list[ControlCommand] = []
+    tiers: dict[str, Tier] = {}
+
+    async def control(command: ControlCommand) -> ControlReply:
+        received.append(command)
+        before = tiers.get(command.model_id, Tier.UNLOADED)
+        after = {
+            "load": command.tier or Tier.RESIDENT,
+            "promote": Tier.RESIDENT,
+            "demote": Tier.STANDBY,
+            "unload": Tier.UNLOADED,
+        }.get(command.action, before)
+        tiers[command.model_id] = after
+        if after != before:
+            await loop.publish(
+                TierChanged(
+                    model_id=command.model_id,
+                    worker_id=worker_id,
+                    from_tier=before,
+                    to_tier=after,
+                    reason=command.reason,
+                    elapsed_ms=1.0,
+                    bytes_held=GB if after != Tier.UNLOADED else 0,
+                )
+            )
+        return ControlReply(
+            worker_id=worker_id,
+            model_id=command.model_id,
+            tier=after,
+            bytes_held=GB,
+            elapsed_ms=1.0,
+            changed=after != before,
+        )
+
+    await bus.serve(broker, subjects.control(worker_id), control)
+    return received
+
+
+async def test_the_control_loop_in_memory_places_a_manifest_then_swaps_in_a_drained_one(memory: NatsBroker) -> None:
+    loop = Loopback()
+    controller = Controller(memory, loop, ControlState(started_at=datetime.now(UTC)))  # type: ignore[arg-type]
+    loop.controller = controller
+    controller.acting = True
+    received = await worker_recording_its_tiers(memory, loop)
+    routed = await worker_recording_its_tiers(memory, loop, "r1")  # a router_svc instance: the entry model's worker
+
+    async def state(query: StateQuery) -> ClusterState:
+        return controller.cluster
+
+    await bus.serve(memory, subjects.STATE, state)
+    await bus.serve(memory, subjects.MANIFEST_APPLY, Swapper(controller).apply)
+    await bus.serve(memory, subjects.WORKER_HEARTBEAT, controller.on_heartbeat)
+
+    # a worker and a router host join and beat; the bootstrap manifest is applied: the policies place
+    # the entry model on the router host and every other model on the worker
+    await loop.publish(joined("w1"))
+    await loop.publish(router_host("r1"))
+    await memory.publish(beat("w1"), subjects.WORKER_HEARTBEAT)
+    await memory.publish(beat("r1", role=WorkerRole.ROUTER), subjects.WORKER_HEARTBEAT)
+    await loop.publish(applied(manifest()))
+    await controller.settle_tasks()
+    placed_now = await bus.call(memory, subjects.STATE, StateQuery(), ClusterState, timeout=5)
+    assert {m: p.tiers for m, p in placed_now.models.items()} == {
+        "router": {"r1": Tier.RESIDENT},
+        "billing": {"w1": Tier.RESIDENT},
+        "technical": {"w1": Tier.RESIDENT},
+        "legal": {"w1": Tier.STANDBY},
+    }
+    assert {(c.action, c.model_id) for c in received} == {
+        ("load", "billing"),
+        ("load", "technical"),
+        ("load", "legal"),
+    }
+    assert [(c.action, c.model_id) for c in routed] == [("load", "router")]
+
+    # a drained swap that adds a standby model: warmed before the cut-over, then in force as v2
+    received.clear()
+    extra = "    - id: contracts\n      source: /models/contracts\n      tier: standby\n      footprint: 1GB\n"
+    candidate = manifest_text(extra=extra) + "drain: {timeout: 2s, admission_wait: 1s}\n"
+    result = await bus.call(memory, subjects.MANIFEST_APPLY, ApplyManifest(text=candidate), ApplyResult, timeout=30)
+    assert (result.from_version, result.to_version, result.warmed) == (1, 2, ("contracts",))
+    assert [(c.action, c.model_id) for c in received] == [("load", "contracts")]
+    swap_events = [type(r.event).__name__ async for r in loop.log.read_positions() if r.event.stream_id == "manifest"]
+    assert swap_events == ["ManifestApplied", "DrainStarted", "ManifestApplied", "DrainCompleted"]
+    after = await bus.call(memory, subjects.STATE, StateQuery(), ClusterState, timeout=5)
+    assert after.manifest_version == 2
+    assert after.models["contracts"].placements["w1"].tier == Tier.STANDBY
+    chain = await loop.log.verify()  # the in-memory log is hash-chained like the real one
+    assert chain.ok
+    assert chain.checked == await loop.log.head()
+
+    # an invalid candidate is a 400 with every problem, and changes nothing
+    with pytest.raises(RemoteError) as bad:
+        await bus.call(memory, subjects.MANIFEST_APPLY, ApplyManifest(text="cluster: [\n"), ApplyResult, timeout=5)
+    assert (bad.value.status, bad.value.code) == (400, "invalid_manifest")
+    assert controller.cluster.manifest_version == 2

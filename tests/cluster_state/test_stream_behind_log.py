@@ -20,7 +20,7 @@ from state_services import StartService, until_head
 from nrt.bus import subjects
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
-from nrt.events import Event, WorkerLost
+from nrt.events import Event, RouterCalibrated, WorkerLost
 from nrt.policies import Tuning
 from nrt.routing import serving_workers
 from nrt.state import ClusterState, fold
@@ -59,12 +59,20 @@ async def _followed(nc: Client, broker: NatsBroker) -> EventFollower:
 
 
 async def _history(nc: Client, store: EventStore, start_cluster_state: StartService) -> list[Event]:
-    """A log with a manifest in force, a live worker, its placements, sessions and requests; then a new stream."""
+    """A log with a manifest in force, a live worker, its placements, the router's calibrated floor,
+    sessions and requests; then a new stream."""
     first = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET)
     publisher = EventPublisher(nc)
     for event in list(traffic(60, seed=11))[1:]:
         await publisher.publish(event)
-    await until_head(store, 60)
+    floor = RouterCalibrated(model_id="router", worker_id="w1", threshold=0.31, rule="centroid", examples=12)
+    await publisher.publish(floor)
+    await until_head(store, 61)
+    # the head counts cluster_state's own decisions too: wait for the floor itself to be recorded
+    deadline = asyncio.get_running_loop().time() + 20
+    while not [r async for r in store.read_positions() if r.event.event_id == floor.event_id]:
+        assert asyncio.get_running_loop().time() < deadline, "the router's floor was not recorded"
+        await asyncio.sleep(0.05)
     await first.stop()
     logged = [r.event async for r in store.read_positions()]
     await _recreate_stream(nc)  # NATS without its store, or another NATS
@@ -102,6 +110,8 @@ async def test_a_new_stream_gets_the_state_in_force_from_the_log_and_the_log_rec
     assert state.workers == in_force.workers
     assert _placements(state) == _placements(in_force)
     assert all(serving_workers(state, spec.id) == ("w1",) for spec in view.manifest.models)
+    assert in_force.models["router"].calibrated is not None
+    assert state.models["router"].calibrated == in_force.models["router"].calibrated  # /v1/models shows it
 
     # the re-published events are the logged ones: the recorder skips them by id
     await _recorded_to_the_end(nc, event_store)

@@ -20,10 +20,10 @@ from worker_helpers import ALL_PLACED, FAST, fired, generate, placed_as, tier_ch
 from nrt.bus import rpc, subjects
 from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import SessionKvEvicted, WorkerLost
+from nrt.events import ModelPlaced, SessionKvEvicted, TierChanged, WorkerLost
 from nrt.protocol import PromoteModel, PromoteResult
 from nrt.store import EventStore
-from nrt.vocabulary import WorkerRole
+from nrt.vocabulary import Reason, WorkerRole
 
 
 async def test_models_are_placed_on_the_live_workers_of_their_role_at_their_declared_tiers(
@@ -187,3 +187,20 @@ async def test_a_request_for_a_standby_model_makes_room_by_demoting_the_lru_mode
     assert demoted < promoted  # room was made before the model was promoted, never over budget
     cold = [r.event for r in await event_store.query(types=["TierChanged"]) if r.event.model_id == "legal"]
     assert any(getattr(e, "cold_start", False) for e in cold)
+
+
+async def test_a_worker_declared_lost_while_it_holds_its_models_converges_back_without_a_command_loop(
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
+) -> None:
+    """The log says w1 is gone (a long load held up its heartbeats, say) but it still holds every model:
+    w1 beats again, is re-joined, is told to load what it holds, answers with its real state, and the
+    placements come back; no load is repeated after that."""
+    service = await on_one_worker(worker_manifest(llama_copies))
+    await EventPublisher(nc).publish(WorkerLost(worker_id="w1", reason=Reason.HEARTBEAT_TIMEOUT))
+    await service.controller.wait_for(lambda s: not [m for m, where in tiers(s).items() if "w1" in where], within=10)
+    await service.controller.wait_for(placed_as(ALL_PLACED), within=30)
+    settled = await event_store.head()
+    await asyncio.sleep(3 * FAST.retry_s)  # any re-issued load would have been recorded by now
+    later = [r.event async for r in event_store.read_positions(settled + 1)]
+    assert [e for e in later if isinstance(e, TierChanged | ModelPlaced)] == []
+    assert tiers(service.controller.cluster) == ALL_PLACED

@@ -62,12 +62,15 @@ def alive(pid: int) -> bool:
 
 
 def tiny_manifest(cluster: str) -> str:
-    """A manifest whose models are all the catalogue's tiny Llama: a router, a resident and a standby specialist."""
+    """A manifest whose models are all the catalogue's tiny Llama: a router, a resident and a standby specialist.
+
+    The router trusts its best label whatever its odds against "none of these" (threshold 0): the
+    tiny random model's labels carry no meaning, and these tests follow a request to a specialist."""
     return f"""\
 cluster: {cluster}
 resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
 models:
-  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical}}
+  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
   specialists:
     - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
     - {{id: legal, source: "catalogue://tiny-llama", tier: standby}}

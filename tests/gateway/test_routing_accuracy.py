@@ -3,8 +3,9 @@
 The real all-MiniLM-L6-v2 (prepared once into the real cache, like the Gemma tests) runs
 on a real worker over NATS; each held-out utterance goes through exactly what router_svc
 does: the manifest's classify request, the worker's nearest-centroid scores, then the
-manifest's confidence threshold and dispatch rule. An utterance the router is not sure
-about (it would go to the fallback) counts as a miss.
+confidence floor (the manifest sets none: the one the router calibrated from its examples)
+and the dispatch rule. An utterance the router is not sure about (it would go to the
+fallback) counts as a miss.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ async def test_the_minilm_router_classifies_held_out_utterances(
             for i, text in enumerate(utterances):
                 ask = classify_request(manifest, f"acc-{expected}-{i}", text)
                 reply = await rpc.request(nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=30)
-                decision = decide(manifest, restrict(reply, manifest.intent_labels))
+                decision = decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration)
                 if decision.intent == expected and decision.target == expected:
                     hits[expected] += 1
                 else:
@@ -126,6 +127,7 @@ async def test_the_minilm_router_classifies_held_out_utterances(
     finally:
         await worker.stop()
 
+    assert decision.threshold_source == "calibrated"
     total = sum(len(v) for v in HELD_OUT.values())
     accuracy = sum(hits.values()) / total
     per_intent = ", ".join(f"{label} {hits[label]}/{len(HELD_OUT[label])}" for label in HELD_OUT)

@@ -9,16 +9,9 @@ from harness import FIXTURES
 from nrt.events import TierChanged, WorkerJoined, WorkerLost
 from nrt.manifest import parse_manifest
 from nrt.protocol import ChatMessage, ClassifyReply
-from nrt.routing import (
-    Scored,
-    classify_request,
-    decide,
-    resolve_model,
-    restrict,
-    routing_text,
-    serving_workers,
-)
-from nrt.routing.centroid import build_index, nearest
+from nrt.routing import Scored, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
+from nrt.routing.index import build_index
+from nrt.routing.rules import score
 from nrt.state import fold
 
 SUPPORT = parse_manifest((FIXTURES / "tiny-support.yaml").read_text())
@@ -127,11 +120,11 @@ def test_nearest_centroid_with_confidence() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=16).astype(np.float32), rng.normal(size=16).astype(np.float32)
     index = build_index({"a": np.stack([a, a + 0.01]), "b": b[None, :]})
-    scored = nearest(index, a * 3)
+    scored = score(index, a * 3, "centroid")
     assert scored.best == "a"
     assert scored.confidence == pytest.approx(1.0, abs=1e-3)
     assert scored.scores["b"] < scored.scores["a"]
-    assert nearest(index, -a).confidence == 0.0  # opposite direction: clipped to 0
+    assert score(index, -a, "centroid").confidence == 0.0  # opposite direction: clipped to 0
     with pytest.raises(ValueError, match="at least one example"):
         build_index({"a": np.zeros((0, 16), dtype=np.float32)})
 

@@ -15,6 +15,7 @@ from nrt.bus.broker import start_broker
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
+from nrt.routing import examples_digest, intent_examples
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 from worker_calls import control, events, generate
@@ -210,6 +211,11 @@ async def test_encoder_embeds_and_classifies_within_the_given_labels(
     assert set(reply.scores) == {"greet", "bye"}
     assert reply.best == "greet"  # the text is one of greet's own examples
     assert 0.0 <= reply.confidence <= 1.0
+    # the router's own floor, calibrated leave-one-out from these four examples
+    assert reply.calibration is not None
+    assert (reply.calibration.rule, reply.calibration.examples) == ("centroid", 4)
+    assert reply.calibration.digest == examples_digest(intent_examples(request.labels, request.examples))
+    assert 0.0 <= reply.calibration.threshold <= 1.0
 
 
 async def test_causal_model_classifies_within_the_given_labels(nc: Client, worker: Worker) -> None:
@@ -220,7 +226,9 @@ async def test_causal_model_classifies_within_the_given_labels(nc: Client, worke
     reply = await rpc.request(nc, subjects.infer("router"), request, ClassifyReply, 10)
     assert set(reply.scores) == {"billing", "legal", "tech"}
     assert reply.best in reply.scores
-    assert 0.0 < reply.confidence <= 1.0
+    assert 0.0 < reply.confidence <= 1.0  # the best label against "none of these"
+    assert reply.calibration is not None
+    assert (reply.calibration.rule, reply.calibration.threshold) == ("likelihood", pytest.approx(2 / 3, abs=1e-3))
 
 
 async def test_heartbeats_report_hosted_models(nc: Client, worker: Worker) -> None:

@@ -28,6 +28,7 @@ from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from nrt.bus.connection import reconnecting
 from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
 
 log = logging.getLogger("nrt.bus")
@@ -65,39 +66,17 @@ def error_reply(exc: Exception) -> NatsResponse:
     return NatsResponse(msgspec.json.encode(frame), headers={FRAME: ERROR})
 
 
-def reply(message: msgspec.Struct) -> NatsResponse:
-    """A handler's answer, marked as a data frame (what ``rpc`` callers read)."""
-    return NatsResponse(msgspec.json.encode(message), headers={FRAME: DATA})
-
-
 async def decode_body(message: StreamMessage[Any], original: Any) -> Any:
     """Every body is JSON, whatever its content-type header says (raw nats-py senders set none);
     an empty body is an empty object, so a query without fields may be sent as nothing."""
     return msgspec.json.decode(message.body) if message.body else {}
 
 
-def new_broker(url: str, name: str, *, connect_timeout: float = 5.0, reconnect_wait_s: int = 1) -> NatsBroker:
+def new_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBroker:
     """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames."""
-
-    async def on_error(exc: Exception) -> None:
-        log.warning("nats %s: %s", name, exc)
-
-    async def on_disconnected() -> None:
-        log.warning("nats %s: disconnected from %s", name, url)
-
-    async def on_reconnected() -> None:
-        log.info("nats %s: reconnected", name)
-
     return NatsBroker(
         url,
-        name=name,
-        connect_timeout=int(max(1, connect_timeout)),
-        allow_reconnect=True,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=reconnect_wait_s,
-        error_cb=on_error,
-        disconnected_cb=on_disconnected,
-        reconnected_cb=on_reconnected,
+        **reconnecting(url, name, connect_timeout),
         serializer=MsgSpecSerializer(),
         decoder=decode_body,
         middlewares=(
@@ -144,6 +123,9 @@ async def serve(
     )
     subscriber(handler)
     await subscriber.start()
+    # the server has the subscription when this returns: a request from another connection (or an
+    # announcement that follows, such as a worker's tier events) never meets "no responders"
+    await broker.connection.flush()
     return subscriber
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -10,8 +11,9 @@ from nats.aio.client import Client
 log = logging.getLogger("nrt.bus")
 
 
-async def connect(url: str, name: str, connect_timeout: float = 5.0) -> Client:
-    """A NATS connection named ``name`` that reconnects forever with backoff."""
+def reconnecting(url: str, name: str, connect_timeout: float = 5.0) -> dict[str, Any]:
+    """nats-py's options for a connection named ``name`` that reconnects forever and logs what happens
+    (also what every service's FastStream broker connects with)."""
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats %s: %s", name, exc)
@@ -22,17 +24,21 @@ async def connect(url: str, name: str, connect_timeout: float = 5.0) -> Client:
     async def on_reconnected() -> None:
         log.info("nats %s: reconnected", name)
 
+    return {
+        "name": name,
+        "connect_timeout": int(max(1, connect_timeout)),
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 1,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnected,
+        "reconnected_cb": on_reconnected,
+    }
+
+
+async def connect(url: str, name: str, connect_timeout: float = 5.0) -> Client:
+    """A NATS connection named ``name`` that reconnects forever with backoff."""
     try:
-        return await nats.connect(
-            url,
-            name=name,
-            connect_timeout=int(max(1, connect_timeout)),
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=1,
-            error_cb=on_error,
-            disconnected_cb=on_disconnected,
-            reconnected_cb=on_reconnected,
-        )
+        return await nats.connect(url, **reconnecting(url, name, connect_timeout))
     except Exception as exc:
         raise ConnectionError(f"cannot connect to NATS at {url}: {exc}") from exc

@@ -75,6 +75,7 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "SessionClosed": ("specialist_worker", "router_svc"),
     "RequestAdmitted": ("api_gateway",),
     "RouterFired": (),  # no longer written (RequestRouted): older logs hold it
+    "RouterCalibrated": ("router_svc", "specialist_worker", "cluster_state"),  # the entry model's worker; re-seeds
     "RequestDispatched": (),  # no longer written (RequestRouted): older logs hold it
     "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),

@@ -10,6 +10,7 @@ import click
 from nrt.manifest import ManifestError, load_manifest
 from nrt.manifest.summary import summarize
 from nrt.manifest_sources import footprint_of, source_warnings
+from nrt.manifest_threshold import threshold_line
 
 
 @click.group()
@@ -28,5 +29,5 @@ def check(file: Path) -> None:
             click.echo(problem.render(exc.file), err=True)
         click.echo(f"{len(exc.problems)} problem(s) in {exc.file}", err=True)
         sys.exit(2)
-    click.echo(summarize(parsed, footprint_of, source_warnings(parsed)))
+    click.echo(summarize(parsed, footprint_of, source_warnings(parsed), threshold_line(parsed)))
     click.echo(f"\n{file}: valid")

@@ -226,6 +226,24 @@ class RouterFired(Event, frozen=True, kw_only=True):
         return f"request:{self.request_id}"
 
 
+class RouterCalibrated(Event, frozen=True, kw_only=True):
+    """A router model set its own confidence floor (used where the manifest sets no threshold):
+    an encoder from its labelled examples, a label-likelihood model from its "none" odds."""
+
+    model_id: str
+    worker_id: str
+    threshold: float
+    rule: str  # the decision rule whose confidence it bounds
+    examples: int  # labelled examples it was derived from
+    own: float = 0.0  # leave-one-out: mean confidence of a held-out example of a known intent
+    other: float = 0.0  # mean confidence of an example whose intent was left out
+    digest: str = ""  # of the labels and examples (nrt.routing.examples_digest)
+
+    @property
+    def stream_id(self) -> str:
+        return f"model:{self.model_id}"
+
+
 class RequestDispatched(Event, frozen=True, kw_only=True):
     """A request was forwarded to a model (written before ``RequestRouted``; old rows still fold)."""
 
@@ -309,6 +327,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionClosed,
     RequestAdmitted,
     RouterFired,
+    RouterCalibrated,
     RequestDispatched,
     RequestRouted,
     RequestCompleted,
@@ -329,6 +348,7 @@ AnyEvent = (
     | SessionClosed
     | RequestAdmitted
     | RouterFired
+    | RouterCalibrated
     | RequestDispatched
     | RequestRouted
     | RequestCompleted
@@ -336,9 +356,9 @@ AnyEvent = (
 )
 
 # The events that shape the control plane: the manifest in force, drains, workers, where each
-# model is placed and at which tier. The gateway and router_svc follow only these: their folds
-# need no request or session facts, and each routed request would otherwise wake both of them
-# once per event it causes.
+# model is placed and at which tier, and the router's calibrated floor. The gateway and
+# router_svc follow only these: their folds need no request or session facts, and each routed
+# request would otherwise wake both of them once per event it causes.
 CONTROL_PLANE: tuple[type[Event], ...] = (
     ManifestApplied,
     DrainStarted,
@@ -347,4 +367,5 @@ CONTROL_PLANE: tuple[type[Event], ...] = (
     WorkerLost,
     ModelPlaced,
     TierChanged,
+    RouterCalibrated,
 )

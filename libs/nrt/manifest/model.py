@@ -49,9 +49,10 @@ class ModelSpec:
     description: str = ""
     template: str | None = None  # prompt template for causal models
     generation: Generation = field(default_factory=Generation)
-    # Router only: labelled example utterances per intent, and the confidence floor.
+    # Router only: labelled example utterances per intent, and the confidence floor (None: the
+    # router calibrates its own, see nrt.routing.calibration).
     intents: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    confidence_threshold: float = 0.0
+    confidence_threshold: float | None = None
     # Remote tier only: the model name at the endpoint and the env var holding its key.
     remote_model: str | None = None
     api_key_env: str | None = None

@@ -235,7 +235,7 @@ class _Reader:
         api_key_env = self.typed(data.get("api_key_env"), (*path, "api_key_env"), str, "an environment variable")
         generation = self.generation(data.get("generation"), (*path, "generation"))
         intents: tuple[tuple[str, tuple[str, ...]], ...] = ()
-        threshold = 0.0
+        threshold: float | None = None
         if role is Role.ROUTER:
             intents = self.intents(data.get("intents"), (*path, "intents"))
             threshold = self.threshold(data.get("confidence_threshold"), (*path, "confidence_threshold"))
@@ -313,13 +313,13 @@ class _Reader:
             out.append((label, self.string_list(examples, (*path, label), f"examples of intent '{label}'")))
         return tuple(out)
 
-    def threshold(self, value: object, path: KeyPath) -> float:
+    def threshold(self, value: object, path: KeyPath) -> float | None:
         number = self.typed(value, path, float, "a number in [0, 1]")
         if number is None:
-            return 0.0
+            return None
         if not 0.0 <= number <= 1.0:
             self.fail(path, f"expected a number in [0, 1], got {number}")
-            return 0.0
+            return None
         return number
 
     def routing(self, value: object, models: list[ModelSpec], specialists: list[ModelSpec]) -> Routing | None:

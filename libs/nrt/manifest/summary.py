@@ -15,7 +15,8 @@ def _budget(n: int | None) -> str:
     return format_size(n) if n is not None else "unlimited"
 
 
-def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]) -> str:
+def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str], threshold: str | None = None) -> str:
+    """The summary; ``threshold`` describes the entry model's confidence floor (nrt.manifest_threshold)."""
     rule = manifest.routing.dispatch_rule
     lines = [
         f"cluster      {manifest.cluster}",
@@ -31,6 +32,8 @@ def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]
     routes = ", ".join(f"{label} -> {manifest.dispatch_target(label)}" for label in manifest.intent_labels)
     lines.append(f"intents      {routes}")
     lines.append(f"unknown      -> {manifest.dispatch_target(None)}")
+    if threshold is not None:
+        lines.append(f"threshold    {threshold}")
     warm = [f"{s.id} on {s.co_activation}" for s in manifest.models if s.co_activation]
     if warm:
         lines.append(f"co-activate  {', '.join(warm)}")

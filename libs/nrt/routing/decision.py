@@ -8,17 +8,13 @@ from typing import Literal
 import msgspec
 
 from nrt.manifest import Manifest
-from nrt.protocol import ClassifyReply, ClassifyRequest
+from nrt.protocol import Calibration, ClassifyReply, ClassifyRequest
+from nrt.routing.scored import Scored
+from nrt.routing.threshold import Threshold, ThresholdSource, threshold_in_force
 
 ModelCall = Literal["routed", "direct"]
 
-
-class Scored(msgspec.Struct, frozen=True, kw_only=True):
-    """Label scores restricted to the manifest's labels, the best of them and how sure it is."""
-
-    scores: dict[str, float]
-    best: str | None  # None: no allowed label was scored
-    confidence: float  # in [0, 1]
+__all__ = ["Decision", "ModelCall", "Scored", "classify_request", "decide", "resolve_model", "restrict"]
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -30,6 +26,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     scores: dict[str, float]
     confidence: float
     threshold: float
+    threshold_source: ThresholdSource  # where ``threshold`` comes from: manifest | calibrated | none
     rule: str  # the dispatch rule and how it resolved, for people and the event log
 
 
@@ -72,16 +69,17 @@ def restrict(reply: ClassifyReply, labels: tuple[str, ...]) -> Scored:
     return Scored(scores=scores, best=best, confidence=0.0)
 
 
-def decide(manifest: Manifest, scored: Scored) -> Decision:
+def decide(manifest: Manifest, scored: Scored, calibration: Calibration | None = None) -> Decision:
     """Apply the confidence threshold and the dispatch rule to ``scored``.
 
-    A label below the entry model's ``confidence_threshold`` is no intent at all. The
-    rule then picks the target: a fixed route's specialist, else the specialist named
-    by the intent, else the fallback if declared, else the entry model itself.
+    The threshold is the entry model's ``confidence_threshold``, else the ``calibration``
+    the router model sent with its scores (see ``threshold_in_force``). A label below it
+    is no intent at all. The rule then picks the target: a fixed route's specialist, else
+    the specialist named by the intent, else the fallback if declared, else the entry model.
     """
     entry = manifest.model(manifest.routing.entry)
-    threshold = entry.confidence_threshold
-    confident = scored.best is not None and scored.confidence >= threshold
+    threshold = threshold_in_force(manifest, calibration)
+    confident = scored.best is not None and scored.confidence >= threshold.value
     intent = scored.best if confident else None
     target = manifest.dispatch_target(intent)
     return Decision(
@@ -90,12 +88,13 @@ def decide(manifest: Manifest, scored: Scored) -> Decision:
         target=target,
         scores=scored.scores,
         confidence=scored.confidence,
-        threshold=threshold,
-        rule=_explain(manifest, scored, intent, target),
+        threshold=threshold.value,
+        threshold_source=threshold.source,
+        rule=_explain(manifest, scored, intent, target, threshold),
     )
 
 
-def _explain(manifest: Manifest, scored: Scored, intent: str | None, target: str) -> str:
+def _explain(manifest: Manifest, scored: Scored, intent: str | None, target: str, threshold: Threshold) -> str:
     rule = manifest.routing.dispatch_rule
     text = f"{rule.render()} => {target}"
     if rule.fixed_target is not None:
@@ -106,8 +105,8 @@ def _explain(manifest: Manifest, scored: Scored, intent: str | None, target: str
     if scored.best is None:
         why = "no allowed label was scored"
     elif intent is None:
-        threshold = manifest.model(manifest.routing.entry).confidence_threshold
-        why = f"'{scored.best}' confidence {scored.confidence:.2f} is below the threshold {threshold:.2f}"
+        which = "the calibrated threshold" if threshold.source == "calibrated" else "the threshold"
+        why = f"'{scored.best}' confidence {scored.confidence:.2f} is below {which} {threshold.value:.2f}"
     else:
         why = f"no specialist serves intent '{intent}'"
     return f"{text} ({answerer}: {why})"

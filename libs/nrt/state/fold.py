@@ -22,6 +22,7 @@ from nrt.events import (
     RequestDispatched,
     RequestFailed,
     RequestRouted,
+    RouterCalibrated,
     RouterFired,
     SessionClosed,
     SessionKvEvicted,
@@ -151,6 +152,7 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         promotions=model.promotions + (1 if up else 0),
         demotions=model.demotions + (1 if moved and not up else 0),
         cold_starts=model.cold_starts + (1 if e.cold_start else 0),
+        calibrated=model.calibrated if placements else None,  # held nowhere: a reload calibrates anew
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
     return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
@@ -226,6 +228,11 @@ def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
     return _classified(state, e)
 
 
+def _router_calibrated(state: ClusterState, e: RouterCalibrated) -> ClusterState:
+    updated = replace(_model(state, e.model_id), calibrated=e)
+    return replace(state, models=_with(state.models, e.model_id, updated))
+
+
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
     return replace(state, counters=_count(state.counters, dispatches=1))
 
@@ -275,6 +282,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
     SessionClosed: _session_closed,
     RequestAdmitted: _request_admitted,
     RouterFired: _router_fired,
+    RouterCalibrated: _router_calibrated,
     RequestDispatched: _request_dispatched,
     RequestRouted: _request_routed,
     RequestCompleted: _request_completed,

@@ -6,6 +6,7 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 
 import msgspec
 
+from nrt.events.schema import RouterCalibrated
 from nrt.vocabulary import Tier, WorkerRole
 
 
@@ -25,6 +26,7 @@ class ModelState(msgspec.Struct, frozen=True, kw_only=True):
     promotions: int = 0
     demotions: int = 0
     cold_starts: int = 0
+    calibrated: RouterCalibrated | None = None  # a router model's own confidence floor, the latest
 
     @property
     def tiers(self) -> dict[str, Tier]:
