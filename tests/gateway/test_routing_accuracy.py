@@ -1,8 +1,9 @@
 """The MiniLM router of manifests/customer-support.yaml on utterances it has never seen.
 
 The real all-MiniLM-L6-v2 (prepared once into the real cache, like the Gemma tests) runs
-on a real worker over NATS; each held-out utterance goes through exactly what router_svc
-does: the manifest's classify request, the worker's nearest-centroid scores, then the
+on router_svc's router host (the worker, with the router role, that router_svc runs in its
+own process); each held-out utterance goes through exactly what router_svc does: the
+manifest's classify request, scored in-process by the router host (no NATS hop), then the
 confidence floor (the manifest sets none: the one the router calibrated from its examples)
 and the dispatch rule. An utterance the router is not sure about (it would go to the
 fallback) counts as a miss.
@@ -17,11 +18,10 @@ import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from nrt.bus import rpc, subjects
 from nrt.catalogue import prepare
 from nrt.manifest import load_manifest
-from nrt.protocol import ClassifyReply
 from nrt.routing import classify_request, decide, restrict
+from nrt.vocabulary import WorkerRole
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 from worker_calls import control
@@ -108,7 +108,7 @@ async def test_the_minilm_router_classifies_held_out_utterances(
     examples = {e for _, utterances in manifest.model("router").intents for e in utterances}
     assert not examples & {u for v in HELD_OUT.values() for u in v}, "a held-out utterance is a manifest example"
 
-    worker = Worker(broker, detect(), worker_id="w-accuracy")
+    worker = Worker(broker, detect(), worker_id="r-accuracy", role=WorkerRole.ROUTER)  # as router_svc hosts it
     await worker.start()
     try:
         router = manifest.model("router")
@@ -118,7 +118,7 @@ async def test_the_minilm_router_classifies_held_out_utterances(
         for expected, utterances in HELD_OUT.items():
             for i, text in enumerate(utterances):
                 ask = classify_request(manifest, f"acc-{expected}-{i}", text)
-                reply = await rpc.request(nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=30)
+                reply = await worker.serving.classify(ask)  # in-process, as router_svc's Router classifies
                 decision = decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration)
                 if decision.intent == expected and decision.target == expected:
                     hits[expected] += 1
