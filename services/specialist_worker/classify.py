@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from nrt.inference import CausalLM, Encoder
 from nrt.manifest import Manifest
@@ -111,26 +113,51 @@ def classify_encoder(encoder: Encoder, router: RouterIndex, text: str) -> Scored
 def classify_causal(model: CausalLM, labels: Sequence[str], text: str, template: str | None = None) -> Scored:
     """Sum of log-probabilities of each label's tokens (and of "none") after the prompt.
 
-    One prefill of the prompt, shared; then one run per option over the prompt's cache that
-    scores all of its tokens at once (the logits of position i predict token i+1).
+    One prefill of the prompt, shared; then one run over the prompt's cache that scores every
+    option's tokens at once (the logits of position i predict token i+1): the options side by
+    side in one batch when the model batches exactly (right-padded: a causal model's earlier
+    positions never see the padding), else one run per option.
     """
     prompt_ids = model.encode(classification_prompt(labels, text, template))
     length = len(prompt_ids)
     ids = np.array([prompt_ids], dtype=np.int64)
     last, past = model.forward(ids, np.ones_like(ids), np.arange(length)[None, :], model.empty_past())
-
-    def log_likelihood(option: str) -> float:
-        tokens = model.encode(" " + option, add_special_tokens=False)
-        predictions = last[0][None, :]
-        if len(tokens) > 1:
-            feed = np.array([tokens[:-1]], dtype=np.int64)
-            positions = np.arange(length, length + len(tokens) - 1)[None, :]
-            rest, _ = model.forward_sequence(
-                feed, np.ones((1, length + len(tokens) - 1), dtype=np.int64), positions, past
-            )
-            predictions = np.concatenate([predictions, rest[0]], axis=0)
+    options = [*labels, NONE_LABEL]
+    tokens = [model.encode(" " + option, add_special_tokens=False) for option in options]
+    followers = _followers(model, tokens, length, past)
+    scores = []
+    for option_tokens, rest in zip(tokens, followers, strict=True):
+        predictions = np.concatenate([last[0][None, :], rest], axis=0)[: len(option_tokens)]
         shifted = predictions.astype(np.float64) - predictions.max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        return float(log_probs[np.arange(len(tokens)), tokens].sum())
+        scores.append(float(log_probs[np.arange(len(option_tokens)), option_tokens].sum()))
+    return likelihood_scores(dict(zip(labels, scores[:-1], strict=True)), scores[-1])
 
-    return likelihood_scores({label: log_likelihood(label) for label in labels}, log_likelihood(NONE_LABEL))
+
+def _followers(
+    model: CausalLM, tokens: Sequence[Sequence[int]], length: int, past: Sequence[npt.NDArray[Any]]
+) -> list[npt.NDArray[Any]]:
+    """For each option, the logits after each of its tokens but the last (``[len - 1, vocab]``),
+    over the prompt's cache ``past`` of ``length`` positions."""
+    width = max(len(t) for t in tokens) - 1
+    vocab = model.spec.vocab_size
+    if width == 0:
+        return [np.zeros((0, vocab), dtype=np.float32) for _ in tokens]
+    positions = np.arange(length, length + width)[None, :]
+    if model.batch_exact and len(tokens) > 1:
+        feed = np.array([[*t[:-1], *[0] * (width - len(t) + 1)] for t in tokens], dtype=np.int64)
+        batch = len(tokens)
+        shared = [np.repeat(a, batch, axis=0) for a in past]
+        mask = np.ones((batch, length + width), dtype=np.int64)
+        rest, _ = model.forward_sequence(feed, mask, np.repeat(positions, batch, axis=0), shared)
+        return [rest[i, : len(t) - 1] for i, t in enumerate(tokens)]
+    out = []
+    for t in tokens:
+        if len(t) == 1:
+            out.append(np.zeros((0, vocab), dtype=np.float32))
+            continue
+        n = len(t) - 1
+        feed = np.array([t[:-1]], dtype=np.int64)
+        rest, _ = model.forward_sequence(feed, np.ones((1, length + n), dtype=np.int64), positions[:, :n], past)
+        out.append(rest[0])
+    return out

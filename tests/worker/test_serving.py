@@ -13,7 +13,9 @@ from shell_fakes import LLAMA, PROMPT, Jobs
 
 from nrt.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.events import SessionOpened, SessionTouched, TierChanged
+from nrt.inference import BatchingGenerator, CausalLM
 from nrt.protocol import ClassifyRequest, EmbedRequest, GenerateChunk, GenerateRequest, PromoteModel, SamplingParams
+from specialist_worker import classify
 
 
 def request(model_id: str, prompt: str = PROMPT, session_id: str | None = None, **params: object) -> GenerateRequest:
@@ -123,6 +125,26 @@ async def test_an_encoder_embeds_and_classifies_within_the_given_labels(jobs: Jo
     assert set(reply.scores) == {"greet", "bye"}
     assert reply.best == "greet"  # the text is one of greet's own examples
     assert 0.0 <= reply.confidence <= 1.0
+
+
+async def test_a_causal_router_scores_its_options_in_one_batched_run_as_it_would_one_by_one(
+    jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await jobs.command("load", "router", source=LLAMA, tier="resident")
+    runtime = jobs.host.runtime("router")
+    assert isinstance(runtime, BatchingGenerator)
+    model = runtime.model
+    assert model.batch_exact  # the tiny Llama batches exactly: its options go side by side in one run
+    labels = ("billing", "technical")
+    texts = ("I was charged twice this month", "hello", "The app crashes when I upload a file")
+    batched = [classify.classify_causal(model, labels, text) for text in texts]
+    monkeypatch.setattr(CausalLM, "batch_exact", property(lambda _: False))
+    one_by_one = [classify.classify_causal(model, labels, text) for text in texts]
+    for a, b in zip(batched, one_by_one, strict=True):
+        assert a.best == b.best
+        assert set(a.scores) == set(labels)
+        assert all(abs(a.scores[label] - b.scores[label]) < 1e-4 for label in labels)
+        assert abs(a.confidence - b.confidence) < 1e-6
 
 
 class _Delta(msgspec.Struct):
