@@ -37,6 +37,8 @@ from specialist_worker.worker import Worker, stream_answer
 
 tracer = trace.get_tracer("router_svc")
 
+PLACEMENT_SETTLE_S = 5.0  # a router host that has joined this long ago without a placement will not get one soon
+
 
 class Router:
     def __init__(
@@ -111,13 +113,31 @@ class Router:
         except ValueError as exc:
             raise BadRequest(str(exc), code="no_user_message") from None
         ask = classify_request(manifest, request.request_id, text)
-        if self._holds(manifest, ask.model_id):
+        if await self._entry_here(manifest, ask.model_id):
             reply = await self._classify_here(ask)
         else:
             reply = await rpc.request(
                 self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
             )
         return decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration), reply
+
+    async def _entry_here(self, manifest: Manifest, model_id: str) -> bool:
+        """Whether to classify in this process: this instance holds ``manifest``'s entry model, or is
+        about to (a fresh instance, placed here or not placed yet: it waits for its own load, as a
+        request waits out a cold start, up to ``classify_timeout``); else another router host's
+        copy answers on the entry model's subject."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.classify_timeout
+        while True:
+            hosted = self.host.host.hosted.get(model_id)
+            if hosted is not None:
+                return hosted.source == manifest.model(model_id).source
+            model = self.manifests.follower.state.models.get(model_id)
+            placed_here = model is not None and self.host.worker_id in model.placements
+            settled = time.monotonic() - self.host.started_at > PLACEMENT_SETTLE_S
+            if (settled and not placed_here) or loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     async def _classify_here(self, ask: ClassifyRequest) -> ClassifyReply:
         """The entry model's scores, computed in this process (no NATS hop)."""

@@ -86,6 +86,7 @@ class Worker:
             self.worker_id, self.host, self.control, self.presence, self.spec, lambda: self.manifest.manifest
         )
         self.started = asyncio.Event()  # set once it has joined and obeys control commands
+        self.started_at = 0.0  # time.monotonic() when it started
 
     @property
     def nc(self) -> Client:
@@ -103,6 +104,7 @@ class Worker:
             title=f"worker {self.worker_id}: control",
         )
         await self.presence.join()
+        self.started_at = time.monotonic()
         self.started.set()
         providers = ", ".join(self.presence.resources.providers)
         log.info("%s worker %s ready (%s)", self.presence.role.value, self.worker_id, providers)

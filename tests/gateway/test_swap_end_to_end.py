@@ -293,6 +293,7 @@ async def test_a_put_manifest_that_changes_the_router_drains_then_reloads_it_in_
             first = await anext(aiter(stream))
             old_id = first.id.removeprefix("chatcmpl-")
             await asyncio.wait_for(hold.reached.wait(), 10)
+            await controller.wait_for(lambda s: s.in_flight_under(1) == 1, within=10)
             v2 = stack.manifest.text.replace(old_router, str(router_v2))
             put = asyncio.create_task(put_manifest(stack, v2))
             await controller.wait_for(lambda s: s.draining, within=30)
