@@ -12,9 +12,10 @@ neither misses nor repeats what the stream holds, and nothing a killed predecess
 fetched waits for a redelivery behind newer events.
 
 This loop is the one JetStream consumer not on FastStream: it takes what the stream has at
-once, lingers ``linger_s`` for more, commits, then acknowledges. FastStream's batch pull
-subscriber collects until its batch is full or its timeout passes, so it would either add
-that timeout to every recorded event or poll the server many times a second while idle.
+once, lingers ``linger_s`` for more, commits, then acknowledges; a failed append is retried
+in place and never acknowledged; ``caught_up`` tells the service when the backlog is folded.
+FastStream's batch pull subscriber acknowledges once its handler returns, and a failure that
+the brokers' error-frame middleware answers counts as handled there.
 """
 
 from __future__ import annotations
