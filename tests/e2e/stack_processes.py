@@ -15,6 +15,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from nrt.stack.endpoints import Endpoints
+from nrt.testing.processes import alive, descendants
+
+__all__ = ["STACK_ENV", "OtlpReceiver", "Stack", "alive", "descendants", "tiny_manifest"]
 
 # where a stack's servers and gateway are; a stack started by `nrt up` is found without them
 STACK_ENV = ("NRT_NATS_URL", "NRT_DATABASE_URL", "NRT_GATEWAY_URL")
@@ -30,35 +33,6 @@ class Stack:
     @property
     def url(self) -> str:
         return self.endpoints.gateway_url
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: set[int] = set()
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def tiny_manifest(cluster: str) -> str:

@@ -1,0 +1,276 @@
+"""What every fault test needs: traffic with an outcome per request, and the log's account of it.
+
+A fault test starts a real stack (`nrt up`), runs :class:`Traffic` against it, injects its
+fault, and then checks the log against what the clients saw (:func:`check_log`): each request
+that got a request id has exactly one ``RequestAdmitted`` and exactly one outcome event, the
+one that matches its HTTP answer; no event is stored twice; the hash chain is intact; the
+replayed log equals the live state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from nrt.stack.endpoints import Endpoints
+from nrt.store import EventStore
+
+# where a stack's servers and gateway are; a stack started by `nrt up` is found without them
+STACK_ENV = ("NRT_NATS_URL", "NRT_DATABASE_URL", "NRT_GATEWAY_URL")
+REQUEST_EVENTS = ("RequestAdmitted", "RequestRouted", "RequestCompleted", "RequestFailed")
+MESSAGES = ("I was charged twice this month", "The app crashes when I upload a file", "Is this contract binding?")
+
+
+TINY_MANIFEST = """\
+cluster: {cluster}
+resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
+models:
+  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
+  specialists:
+    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
+    - {{id: legal, source: "catalogue://tiny-llama", tier: resident}}
+routing:
+  entry: router
+  dispatch_rule: router.output.intent -> specialists.{{intent}}
+"""
+
+
+class FaultStack:
+    def __init__(self, process: subprocess.Popen[bytes], endpoints: Endpoints, log: Path) -> None:
+        self.process, self.endpoints, self.log = process, endpoints, log
+
+    @property
+    def url(self) -> str:
+        return self.endpoints.gateway_url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client of this stack sends with each request."""
+        return {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What an operator's `nrt` command runs with (NRT_HOME is already in this process' environment)."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    sent_at: float  # monotonic
+    took_s: float
+    status: int  # 0: the connection failed
+    request_id: str | None  # X-NRT-Request-Id: the gateway admitted it and records it
+    code: str | None = None  # the OpenAI error code, for an error
+    retry_after: str | None = None
+
+
+@dataclass(slots=True)
+class Traffic:
+    """``concurrency`` clients sending routed chat requests back to back until :meth:`stop`."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    concurrency: int = 8
+    max_tokens: int = 6
+    timeout: float = 90.0
+    outcomes: list[Outcome] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.concurrency)]
+
+    async def stop(self) -> list[Outcome]:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        return self.outcomes
+
+    async def _client(self, index: int) -> None:
+        async with httpx.AsyncClient(base_url=self.url, headers=dict(self.headers), timeout=self.timeout) as client:
+            n = index
+            while not self._stop.is_set():
+                n += self.concurrency
+                self.outcomes.append(await self.one(client, MESSAGES[n % len(MESSAGES)], stream=n % 2 == 0))
+
+    async def one(self, client: httpx.AsyncClient, message: str, stream: bool) -> Outcome:
+        body = {
+            "model": "router",
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": self.max_tokens,
+            "stream": stream,
+        }
+        sent = time.monotonic()
+        try:
+            response = await client.post("/v1/chat/completions", json=body)
+        except httpx.TransportError:
+            return Outcome(sent, time.monotonic() - sent, 0, None)
+        code = None
+        if response.status_code == 200 and stream:
+            code = stream_error(response.text)  # an error frame after the first token
+        elif response.status_code != 200:
+            code = error_code(response)
+        return Outcome(
+            sent,
+            time.monotonic() - sent,
+            response.status_code,
+            response.headers.get("x-nrt-request-id"),
+            code,
+            response.headers.get("retry-after"),
+        )
+
+
+def error_code(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return f"http_{response.status_code}"
+
+
+def stream_error(text: str) -> str | None:
+    """The code of an error frame in an SSE body, if the stream ended with one."""
+    for line in text.splitlines():
+        if line.startswith("data: {") and '"error"' in line:
+            return str(json.loads(line[6:])["error"]["code"])
+    return None
+
+
+def served(outcome: Outcome) -> bool:
+    return outcome.status == 200 and outcome.code is None
+
+
+async def request_events(database_url: str) -> dict[str, Counter[str]]:
+    """For each request id in the log: how many events of each request type it has."""
+    store = EventStore.connect(database_url, pool_size=1)
+    found: dict[str, Counter[str]] = {}
+    try:
+        async for record in store.read_positions():
+            kind = type(record.event).__name__
+            if kind in REQUEST_EVENTS:
+                found.setdefault(record.stream_id.removeprefix("request:"), Counter())[kind] += 1
+    finally:
+        await store.close()
+    return found
+
+
+def nrt(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> str:
+    """``nrt ARGS`` as an operator runs it against a local stack (found through NRT_HOME, no URL)."""
+    environment = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | dict(env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "nrt.cli.main", *args],
+        env=environment,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"nrt {' '.join(args)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
+    """``check()``'s first truthy result; transport errors count as "not yet", failed assertions fail."""
+    deadline = time.monotonic() + within
+    while True:
+        error: Exception | None = None
+        try:
+            result = check()
+        except (httpx.HTTPError, OSError) as exc:
+            result, error = None, exc
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within:g}s (last: {error or result!r})")
+        time.sleep(0.3)
+
+
+def live_state(url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    response = httpx.get(f"{url}/v1/cluster", headers=dict(headers), timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
+    state: dict[str, Any] = response.json()
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class LogReport:
+    requests: int  # requests the clients sent
+    admitted: int  # requests the gateway admitted (and so must have recorded)
+    served: int
+    events_checked: int
+    chain_events: int
+
+
+def check_log(
+    outcomes: list[Outcome], database_url: str, url: str, headers: Mapping[str, str], env: Mapping[str, str]
+) -> LogReport:
+    """Every admitted request recorded exactly once with the outcome its client saw; chain intact; replay == live.
+
+    Waits (bounded) for the recorder to catch up with the traffic before it compares."""
+    admitted = {o.request_id: o for o in outcomes if o.request_id is not None}
+    assert len(admitted) == sum(1 for o in outcomes if o.request_id is not None), "a request id was reused"
+
+    def recorded() -> dict[str, Counter[str]] | None:
+        found = asyncio.run(request_events(database_url))
+        missing = [
+            r
+            for r, o in admitted.items()
+            if found.get(r, Counter())["RequestAdmitted"] < 1
+            or found.get(r, Counter())["RequestCompleted"] + found.get(r, Counter())["RequestFailed"] < 1
+            or (served(o) and found.get(r, Counter())["RequestRouted"] < 1)
+        ]
+        return None if missing else found
+
+    found = eventually(recorded, 60, "every admitted request's events in the log")
+    for request_id, outcome in admitted.items():
+        counts = found[request_id]
+        assert counts["RequestAdmitted"] == 1, (request_id, counts)
+        outcome_events = counts["RequestCompleted"] + counts["RequestFailed"]
+        assert outcome_events == 1, (request_id, counts, outcome)
+        assert counts["RequestRouted"] <= 1, (request_id, counts)  # router_svc's decision, once at most
+        if served(outcome):
+            assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
+            assert counts["RequestRouted"] == 1, (request_id, counts, outcome)
+    strays = set(found) - set(admitted)
+    assert not strays, f"request events for requests no client sent: {sorted(strays)[:5]}"
+
+    verified = nrt("audit", "verify", env=env)
+    chain = re.fullmatch(r"hash chain intact: (\d+) events verified\n", verified)
+    assert chain, verified
+
+    def replay_equals_live() -> bool:
+        before = live_state(url, headers)
+        if before["in_flight"]:
+            return False
+        replayed = json.loads(nrt("replay", "--json", env=env))
+        after = live_state(url, headers)
+        if before != after:
+            return False  # an event was recorded meanwhile: try again
+        assert replayed["position"] == after["events_applied"]
+        assert replayed["state"] == after
+        return True
+
+    eventually(replay_equals_live, 60, "a quiet moment to compare the replay with the live state")
+    return LogReport(
+        requests=len(outcomes),
+        admitted=len(admitted),
+        served=sum(1 for o in outcomes if served(o)),
+        events_checked=sum(sum(c.values()) for c in found.values()),
+        chain_events=int(chain.group(1)),
+    )
+
+
+def report(name: str, figures: Mapping[str, object]) -> None:
+    """The figures of a fault run, on one line the closing note can quote (pytest -s shows it)."""
+    print(f"\n[fault {name}] " + ", ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
