@@ -92,7 +92,7 @@ def database_backing(data_dir: Path) -> Iterator[Backing]:
         yield Backing(pg.name, role_url, pg.server)
 
 
-async def _ready(client: httpx.AsyncClient, url: str, instance: str) -> str | None:
+async def readiness_problem(client: httpx.AsyncClient, url: str, instance: str) -> str | None:
     """None when the gateway at ``url`` is ours (``instance``) and ready, else what is missing."""
     try:
         response = await client.get(f"{url}/readyz")
@@ -112,7 +112,7 @@ async def _wait_ready(url: str, instance: str, within: float) -> None:
     last = ""
     async with httpx.AsyncClient(timeout=2) as client:
         while time.monotonic() < deadline:
-            detail = await _ready(client, url, instance)
+            detail = await readiness_problem(client, url, instance)
             if detail is None:
                 return
             if detail != last:
