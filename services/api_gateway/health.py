@@ -31,7 +31,7 @@ async def healthz() -> Healthz:
 async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
     checks = await readiness_checks(runtime)
     ready = all(v == "ok" for v in checks.values())
-    body = Readiness(status="ready" if ready else "not_ready", checks=checks)
+    body = Readiness(status="ready" if ready else "not_ready", checks=checks, instance=runtime.settings.instance)
     return Response(body, status_code=200 if ready else 503)
 
 

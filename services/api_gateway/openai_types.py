@@ -233,6 +233,7 @@ class ManifestInfo(msgspec.Struct, kw_only=True):
     text: str
 
 
-class Readiness(msgspec.Struct, kw_only=True):
+class Readiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]  # check -> "ok" or what is wrong
+    instance: str | None = None  # the id its launcher gave this gateway (NRT_GATEWAY_INSTANCE), if any

@@ -17,6 +17,11 @@ class GatewaySettings(Settings):
     port: int = Field(
         default=8080, ge=0, le=65535, validation_alias="NRT_GATEWAY_PORT", description="the gateway's port"
     )
+    instance: str | None = Field(
+        default=None,
+        validation_alias="NRT_GATEWAY_INSTANCE",
+        description="an id `/readyz` reports, so that a launcher knows it reached its own gateway (set by `nrt up`)",
+    )
     max_body_bytes: int = Field(
         default=1024 * 1024,
         gt=0,

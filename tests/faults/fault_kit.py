@@ -84,6 +84,7 @@ class Traffic:
     headers: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 8
     max_tokens: int = 6
+    stream: bool | None = None  # None: every other request streams
     timeout: float = 90.0
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -102,7 +103,7 @@ class Traffic:
             n = index
             while not self._stop.is_set():
                 n += self.concurrency
-                self.outcomes.append(await self.one(client, MESSAGES[n % len(MESSAGES)], stream=n % 2 == 0))
+                self.outcomes.append(await self.one(client, MESSAGES[n % len(MESSAGES)], stream=n % 2 == 0 if self.stream is None else self.stream))
 
     async def one(self, client: httpx.AsyncClient, message: str, stream: bool) -> Outcome:
         body = {

@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 from nrt.bus import rpc, subjects
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.errors import RemoteError, Unavailable
+from nrt.bus.jetstream import ensure_events_stream
 from nrt.events import RequestAdmitted, RequestCompleted
 from nrt.events import decode as decode_event
 from nrt.protocol import Dispatch
@@ -48,13 +49,20 @@ async def test_emitter_keeps_order_without_waiting_and_flushes(nc: Client) -> No
     await emitter.close()
 
 
-async def test_emitter_counts_events_that_cannot_be_stored(nc: Client) -> None:
+async def test_emitter_keeps_an_event_the_stream_cannot_store_and_sends_it_again(nc: Client) -> None:
     await nc.jetstream().delete_stream(subjects.EVENTS_STREAM)  # nothing stores events now
-    emitter = EventEmitter(nc, ack_timeout=1.0)
+    emitter = EventEmitter(nc, ack_timeout=1.0, max_retry_s=1.0)
     await emitter.start()
-    emitter.emit(RequestAdmitted(request_id="lost", manifest_version=1, model_id="router"))
-    await emitter.flush(within=5)
-    assert (emitter.sent, emitter.lost) == (0, 1)
+    event = RequestAdmitted(request_id="kept", manifest_version=1, model_id="router")
+    emitter.emit(event)
+    with pytest.raises(TimeoutError):
+        await emitter.flush(within=3)  # not stored, not dropped: still outstanding
+    assert (emitter.sent, emitter.lost) == (0, 0)
+    assert emitter.retried >= 1
+    await ensure_events_stream(nc.jetstream())  # the stream is back
+    await emitter.flush(within=10)
+    assert (emitter.sent, emitter.lost) == (1, 0)
+    assert await stored(nc) == [event]
     await emitter.close()
 
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from nrt.cli.up import database_server
+from nrt.cli.up import database_backing
 from nrt.infra import (
     ContainerNats,
     ContainerPostgres,
@@ -52,11 +52,34 @@ def test_nrt_up_uses_the_database_named_in_nrt_database_url(
 ) -> None:
     # an operator points the stack at their database; "nrt" names the database of the embedded server only
     monkeypatch.setenv("NRT_DATABASE_URL", to_libpq(database_url))
-    with database_server(tmp_path) as url:
+    with database_backing(tmp_path) as database:
+        url = database.url
+        assert database.server is None
         assert url == to_sqlalchemy(database_url)
         with psycopg.connect(to_libpq(url)) as conn:
             assert conn.execute("SELECT current_database()").fetchone() == (make_url(database_url).database,)
     assert not (tmp_path / "postgres").exists()  # nothing was started
+
+
+def test_nrt_up_gives_the_services_a_role_with_a_password_that_is_no_superuser(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("NRT_DATABASE_URL", raising=False)
+    with database_backing(tmp_path) as database:
+        url = make_url(database.url)
+        assert (url.username, url.database) == ("nrt", "nrt")
+        kept = (tmp_path / "secrets" / "postgres-nrt").read_text().strip()
+        assert url.password == kept
+        assert (tmp_path / "secrets" / "postgres-nrt").stat().st_mode & 0o777 == 0o600
+        with psycopg.connect(to_libpq(database.url)) as conn:
+            row = conn.execute("SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user")
+            assert row.fetchone() == (False, False, False)
+            conn.execute("CREATE TABLE owned_here (id int)")  # it owns its database
+        for user in ("postgres", "nrt"):  # no password, no entry: the superuser included
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(f"postgresql://{user}@127.0.0.1:{url.port}/nrt", connect_timeout=5).close()
+        superuser = (tmp_path / "secrets" / "postgres-superuser").read_text().strip()
+        assert superuser != kept
 
 
 async def test_embedded_fallback_without_env_or_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

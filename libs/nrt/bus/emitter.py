@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.js.api import PubAck
@@ -33,15 +34,22 @@ log = logging.getLogger("nrt.bus.emitter")
 
 class EventEmitter:
     def __init__(
-        self, nc: Client, ack_timeout: float = 5.0, max_queued: int = 100_000, outbox: Outbox | None = None
+        self,
+        nc: Client,
+        ack_timeout: float = 5.0,
+        max_queued: int = 100_000,
+        outbox: Outbox | None = None,
+        max_retry_s: float = 5.0,
     ) -> None:
         self.js = nc.jetstream(timeout=ack_timeout)
         self.outbox = outbox
         self.ack_timeout = ack_timeout
+        self.max_retry_s = max_retry_s
         self.sent = 0  # acknowledged by the stream
-        self.lost = 0  # not queued (queue full), not sent, or not acknowledged in time
-        self._queue: asyncio.Queue[tuple[Event, bytes, dict[str, str]]] = asyncio.Queue(max_queued)
-        self._pending: dict[asyncio.Future[PubAck], tuple[Event, float]] = {}
+        self.lost = 0  # not queued: the queue was full
+        self.retried = 0  # sends that failed (not published, or not acknowledged in time) and were tried again
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue(max_queued)
+        self._pending: dict[asyncio.Future[PubAck], tuple[_Item, float]] = {}
         self._outstanding = 0  # emitted, not yet acknowledged or lost
         self._idle = asyncio.Event()
         self._idle.set()
@@ -68,12 +76,36 @@ class EventEmitter:
             except OSError as exc:  # a full disk must not fail the request: publish it all the same
                 log.error("could not keep %s %s in the outbox: %s", event.type, event.event_id, exc)
         try:
-            self._queue.put_nowait((event, data, headers))
+            self._queue.put_nowait(_Item(event, data, headers))
             self._outstanding += 1
             self._idle.clear()
         except asyncio.QueueFull:
             self.lost += 1
             log.error("event queue full: dropped %s %s", event.type, event.event_id)
+
+    def _again(self, item: _Item, why: str) -> None:
+        """Send ``item`` again after its back-off; it stays outstanding (and in the outbox) until stored."""
+        self.retried += 1
+        delay = min(self.max_retry_s, 0.5 * 2**item.attempt)
+        level = logging.WARNING if item.attempt == 0 else logging.DEBUG
+        log.log(
+            level,
+            "%s %s not stored yet (%s); sending it again in %.1fs",
+            item.event.type,
+            item.event.event_id,
+            why,
+            delay,
+        )
+        again = _Item(item.event, item.data, item.headers, item.attempt + 1)
+        asyncio.get_running_loop().call_later(delay, self._requeue, again)
+
+    def _requeue(self, item: _Item) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.lost += 1
+            log.error("event queue full: dropped %s %s", item.event.type, item.event.event_id)
+            self._settle()
 
     async def flush(self, within: float = 10.0) -> None:
         """Wait until every emitted event is acknowledged (or counted lost); TimeoutError after ``within``."""
@@ -101,29 +133,26 @@ class EventEmitter:
 
     async def _send_loop(self) -> None:
         while True:
-            event, data, headers = await self._queue.get()
+            item = await self._queue.get()
             try:
                 future = await self.js.publish_async(
-                    subjects.event(event.type), data, headers=headers, wait_stall=self.ack_timeout
+                    subjects.event(item.event.type), item.data, headers=item.headers, wait_stall=self.ack_timeout
                 )
-                self._pending[future] = (event, time.monotonic())
+                self._pending[future] = (item, time.monotonic())
                 future.add_done_callback(self._acknowledged)
-            except Exception as exc:  # a full ack window or a closed connection: count, log, go on
-                self.lost += 1
-                log.error("could not publish %s %s: %s", event.type, event.event_id, exc)
-                self._settle()
+            except Exception as exc:  # a full ack window or a closed connection: try again later
+                self._again(item, repr(exc))
 
     def _acknowledged(self, future: asyncio.Future[PubAck]) -> None:
-        event, _ = self._pending.pop(future, (None, 0.0))
+        item, _ = self._pending.pop(future, (None, 0.0))
+        if item is None:
+            return
         if future.cancelled() or future.exception() is not None:
-            self.lost += 1
-            reason = "no acknowledgement in time" if future.cancelled() else repr(future.exception())
-            if event is not None:
-                log.error("event %s %s was not stored: %s", event.type, event.event_id, reason)
-        else:
-            self.sent += 1
-            if event is not None and self.outbox is not None:
-                self.outbox.settle(event.event_id)
+            self._again(item, "no acknowledgement in time" if future.cancelled() else repr(future.exception()))
+            return
+        self.sent += 1
+        if self.outbox is not None:
+            self.outbox.settle(item.event.event_id)
         self._settle()
 
     async def _expire_loop(self) -> None:
@@ -133,3 +162,13 @@ class EventEmitter:
             for future, (_, sent_at) in list(self._pending.items()):
                 if sent_at < cutoff:
                     future.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """An event on its way: its canonical JSON, its headers, and how many sends of it failed."""
+
+    event: Event
+    data: bytes
+    headers: dict[str, str]
+    attempt: int = 0

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -16,15 +18,21 @@ import httpx
 
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
-from nrt.infra import nats_server, postgres_server
+from nrt.infra import EmbeddedNats, EmbeddedPostgres, pgurl
+from nrt.infra.pgroles import ensure_owner_role
 from nrt.manifest import Manifest, ManifestError, load_manifest
 from nrt.manifest_sources import footprint_of
-from nrt.stack import endpoints
+from nrt.stack import backing, endpoints
+from nrt.stack.backing import Backing
+from nrt.stack.preflight import StackInUseError, claimed
+from nrt.stack.secrets import secret
 from nrt.stack.supervisor import Supervisor
 from nrt.store import upgrade
 
 CATALOGUE = "catalogue://"
 SERVICES = ("cluster_state", "specialist_worker", "router_svc", "api_gateway")
+DATABASE = "nrt"
+DATABASE_ROLE = "nrt"  # what the services connect as: owns the database, no superuser
 
 
 def default_manifest() -> Path:
@@ -44,28 +52,119 @@ def _prepare_models(manifest: Manifest) -> None:
             raise click.ClickException(f"could not prepare catalogue model {name}; see the output above")
 
 
-def database_server(data_dir: Path) -> contextlib.AbstractContextManager[str]:
-    """NRT_DATABASE_URL exactly as given, else an embedded PostgreSQL in ``data_dir`` with a database ``nrt``."""
-    return postgres_server(data_dir / "postgres", env_var="NRT_DATABASE_URL", database="nrt", use_docker=False)
+def embedded_nats(data_dir: Path) -> EmbeddedNats:
+    """The stack's own NATS server (not started): the one place its options are chosen."""
+    return EmbeddedNats(data_dir / "nats")
 
 
-async def _wait_ready(url: str, supervisor: Supervisor, within: float) -> None:
+def embedded_postgres(data_dir: Path) -> EmbeddedPostgres:
+    """The stack's own PostgreSQL (not started): its superuser's password is generated once, kept in
+    ``data_dir/secrets``, and every connection must give one."""
+    return EmbeddedPostgres(data_dir / "postgres", password=secret(data_dir, "postgres-superuser"))
+
+
+def _from_env(name: str) -> str | None:
+    return os.environ.get(name, "").strip() or None
+
+
+@contextlib.contextmanager
+def nats_backing(data_dir: Path) -> Iterator[Backing]:
+    """NRT_NATS_URL as given, else the embedded NATS in ``data_dir``, watched."""
+    url = _from_env("NRT_NATS_URL")
+    if url is not None:
+        yield Backing("NATS", url)
+        return
+    with backing.running("NATS", embedded_nats(data_dir), lambda s: s.address) as nats:
+        yield nats
+
+
+@contextlib.contextmanager
+def database_backing(data_dir: Path) -> Iterator[Backing]:
+    """NRT_DATABASE_URL exactly as given, else the embedded PostgreSQL in ``data_dir`` with a database
+    ``nrt`` owned by the role ``nrt`` (no superuser), whose URL the services get."""
+    url = _from_env("NRT_DATABASE_URL")
+    if url is not None:
+        yield Backing("PostgreSQL", pgurl.to_sqlalchemy(url))
+        return
+    server = embedded_postgres(data_dir)
+    with backing.running("PostgreSQL", server, lambda s: s.address) as pg:
+        role_url = ensure_owner_role(server.url, DATABASE, DATABASE_ROLE, secret(data_dir, "postgres-nrt"))
+        yield Backing(pg.name, role_url, pg.server)
+
+
+async def readiness_problem(client: httpx.AsyncClient, url: str, instance: str) -> str | None:
+    """None when the gateway at ``url`` is ours (``instance``) and ready, else what is missing."""
+    try:
+        response = await client.get(f"{url}/readyz")
+    except httpx.TransportError as exc:
+        return type(exc).__name__
+    try:
+        answered = response.json().get("instance")
+    except ValueError:
+        answered = None
+    if answered != instance:
+        return f"{url} is not this stack's gateway (instance {answered!r}, expected {instance!r})"
+    return None if response.status_code == 200 else response.text[:200]
+
+
+async def _wait_ready(url: str, instance: str, within: float) -> None:
     deadline = time.monotonic() + within
     last = ""
     async with httpx.AsyncClient(timeout=2) as client:
         while time.monotonic() < deadline:
-            try:
-                response = await client.get(f"{url}/readyz")
-                if response.status_code == 200:
-                    return
-                detail = response.text[:200]
-            except httpx.TransportError as exc:
-                detail = type(exc).__name__
+            detail = await readiness_problem(client, url, instance)
+            if detail is None:
+                return
             if detail != last:
                 _say(f"waiting for readiness: {detail}")
                 last = detail
             await asyncio.sleep(0.5)
     raise click.ClickException(f"the stack was not ready within {within:g}s (last: {last}); see the logs")
+
+
+def _service_env(
+    nats: Backing, database: Backing, manifest_path: Path, host: str, port: int, instance: str
+) -> dict[str, str]:
+    return {
+        "NRT_NATS_URL": nats.url,
+        "NRT_DATABASE_URL": database.url,
+        "NRT_MANIFEST": str(manifest_path),
+        "NRT_GATEWAY_HOST": host,
+        "NRT_GATEWAY_PORT": str(port),
+        "NRT_GATEWAY_INSTANCE": instance,
+    }
+
+
+async def _prepare_stream(nats_url: str) -> None:
+    nc = await connect(nats_url, name="nrt-up")
+    await ensure_events_stream(nc.jetstream())
+    await nc.close()
+
+
+def _announce(gateway_url: str) -> None:
+    click.echo(f"\nNRT is up: {gateway_url}  (Ctrl-C to stop)\n")
+    click.echo(
+        f"curl -N {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        '  -d \'{"model": "router", "stream": true, '
+        '"messages": [{"role": "user", "content": "I was charged twice this month"}]}\'\n'
+    )
+
+
+async def _serve(
+    supervisor: Supervisor, env: dict[str, str], gateway_url: str, ready_within: float, stop: asyncio.Event
+) -> bool:
+    """Start the services, wait for our gateway to be ready; False when stopped before that."""
+    for service in SERVICES:
+        await supervisor.start(supervisor.python_module(service, service, env))
+    waiting = asyncio.create_task(_wait_ready(gateway_url, env["NRT_GATEWAY_INSTANCE"], ready_within))
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if waiting not in done:
+        waiting.cancel()
+        return False
+    stopped.cancel()
+    waiting.result()
+    return True
 
 
 async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_within: float) -> None:
@@ -74,49 +173,31 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with contextlib.ExitStack() as servers:
-        nats_url = servers.enter_context(nats_server(data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False))
-        database_url = servers.enter_context(database_server(data_dir))
-        _say(f"NATS at {nats_url}; PostgreSQL ready")
-        await asyncio.to_thread(upgrade, database_url)
-        nc = await connect(nats_url, name="nrt-up")
-        await ensure_events_stream(nc.jetstream())
-        await nc.close()
+        nats = servers.enter_context(nats_backing(data_dir))
+        database = servers.enter_context(database_backing(data_dir))
+        _say(f"NATS at {nats.url}; PostgreSQL ready")
+        await asyncio.to_thread(upgrade, database.url)
+        await _prepare_stream(nats.url)
+        watching = asyncio.create_task(backing.watch([nats, database], _say))
         gateway_url = f"http://{host}:{port}"
-        env = {
-            "NRT_NATS_URL": nats_url,
-            "NRT_DATABASE_URL": database_url,
-            "NRT_MANIFEST": str(manifest_path),
-            "NRT_GATEWAY_HOST": host,
-            "NRT_GATEWAY_PORT": str(port),
-        }
+        instance = uuid.uuid4().hex
+        env = _service_env(nats, database, manifest_path, host, port, instance)
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
-            for service in SERVICES:
-                await supervisor.start(supervisor.python_module(service, service, env))
-            _say(f"services started ({', '.join(SERVICES)}); logs in {data_dir / 'logs'}")
-            waiting = asyncio.create_task(_wait_ready(gateway_url, supervisor, ready_within))
-            stopped = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if waiting in done:
-                waiting.result()
-                endpoints.write(
-                    endpoints.Endpoints(
-                        nats_url=nats_url, database_url=database_url, gateway_url=gateway_url, pid=os.getpid()
-                    ),
-                    data_dir,
+            _say(f"starting {', '.join(SERVICES)}; logs in {data_dir / 'logs'}")
+            if await _serve(supervisor, env, gateway_url, ready_within, stop):
+                found = endpoints.Endpoints(
+                    nats_url=nats.url, database_url=database.url, gateway_url=gateway_url, pid=os.getpid()
                 )
-                click.echo(f"\nNRT is up: {gateway_url}  (Ctrl-C to stop)\n")
-                click.echo(
-                    f"curl -N {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-                    '  -d \'{"model": "router", "stream": true, '
-                    '"messages": [{"role": "user", "content": "I was charged twice this month"}]}\'\n'
-                )
-                await stopped
-            else:
-                waiting.cancel()
+                endpoints.write(found, data_dir)
+                _announce(gateway_url)
+                await stop.wait()
         finally:
             _say("stopping")
             await supervisor.stop()
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
             endpoints.remove(data_dir)
     _say("stopped")
 
@@ -134,7 +215,10 @@ def up(manifest_path: Path | None, host: str, port: int, data_dir: Path | None, 
         manifest = load_manifest(path, footprint_of)
     except ManifestError as exc:
         raise click.ClickException(str(exc)) from exc
-    _prepare_models(manifest)
     directory = data_dir or endpoints.stack_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout))
+    try:
+        with claimed(directory, host, port):
+            _prepare_models(manifest)
+            asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout))
+    except StackInUseError as exc:
+        raise click.ClickException(str(exc)) from exc

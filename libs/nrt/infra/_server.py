@@ -77,6 +77,10 @@ class EmbeddedServer(ServerHandle):
         """How a client reaches the running server (for messages and ``repr``)."""
         raise NotImplementedError
 
+    def pin_port(self) -> None:
+        """Later starts listen on the port this running server listens on (a restart keeps its address)."""
+        self._requested_port = self.port
+
     @property
     def pid(self) -> int | None:
         return self._server.pid if self._server is not None else None

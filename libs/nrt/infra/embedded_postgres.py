@@ -32,9 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
+from urllib.parse import quote
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 import psycopg
+from psycopg import sql
 
 from nrt.infra import pgurl
 from nrt.infra._process import Identity, ServerProcess, StopStep, child_env, identity_kwargs, pid_runs
@@ -185,8 +187,19 @@ def grant_traverse(path: Path, identity: Identity) -> list[Path]:
     return changed
 
 
+_SCRAM_HBA = """\
+# written by nrt (EmbeddedPostgres with a password): every connection needs one
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+"""
+
+
 class EmbeddedPostgres(EmbeddedServer):
-    """A private PostgreSQL server listening on 127.0.0.1 only, trust authentication.
+    """A private PostgreSQL server listening on 127.0.0.1 only.
+
+    Without ``password``, trust authentication (tests). With it, the superuser ``user`` has
+    that password and every connection must give one (scram-sha-256); a cluster made
+    without a password gets it, and its ``pg_hba.conf`` is rewritten, at its next start.
 
     Layout of ``data_dir`` (created if missing; a temporary directory, removed on
     stop, when None)::
@@ -194,7 +207,7 @@ class EmbeddedPostgres(EmbeddedServer):
         pgdata/         the cluster (initdb on first start; reused, data kept, on later starts)
         postgres.log    server output, appended
 
-    ``url`` is the SQLAlchemy URL ``postgresql+psycopg://USER@127.0.0.1:PORT/postgres``,
+    ``url`` is the SQLAlchemy URL ``postgresql+psycopg://USER[:PASSWORD]@127.0.0.1:PORT/postgres``,
     ``dsn`` the libpq one. ``durable=False`` turns fsync off: for tests only.
     ``startup_s`` counts initdb in, until a query succeeds.
     """
@@ -205,6 +218,7 @@ class EmbeddedPostgres(EmbeddedServer):
         *,
         port: int | None = None,
         user: str = "postgres",
+        password: str | None = None,
         durable: bool = True,
         os_user: str | None = None,
         settings: Mapping[str, str] | None = None,
@@ -213,6 +227,7 @@ class EmbeddedPostgres(EmbeddedServer):
     ) -> None:
         super().__init__(data_dir, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.user = user
+        self.password = password
         self.durable = durable
         self.os_user = os_user
         self.settings = dict(settings or {})
@@ -236,10 +251,14 @@ class EmbeddedPostgres(EmbeddedServer):
         return self.dsn_for("postgres")
 
     def url_for(self, database: str) -> str:
-        return f"{pgurl.SQLALCHEMY_DRIVER}://{self.user}@{self.host}:{self.port}/{database}"
+        return pgurl.to_sqlalchemy(self.dsn_for(database))
 
     def dsn_for(self, database: str) -> str:
-        return f"{pgurl.LIBPQ_SCHEME}://{self.user}@{self.host}:{self.port}/{database}"
+        return self._dsn(self.port, database)
+
+    def _dsn(self, port: int, database: str) -> str:
+        credentials = self.user if self.password is None else f"{self.user}:{quote(self.password, safe='')}"
+        return f"{pgurl.LIBPQ_SCHEME}://{credentials}@{LOOPBACK}:{port}/{database}"
 
     def ensure_database(self, name: str) -> str:
         """Create database ``name`` unless it exists; return its SQLAlchemy URL."""
@@ -379,24 +398,38 @@ class EmbeddedPostgres(EmbeddedServer):
             self._datadir_arg,
             "-U",
             self.user,
-            "--auth=trust",
             "--encoding=UTF8",
             "--locale=C",
             "--no-instructions",
         ]
+        pwfile: int | None = None
+        if self.password is None:
+            args.append("--auth=trust")
+        else:  # the password reaches initdb through a pipe, never a file or the command line
+            read_end, pwfile = os.pipe()
+            os.write(pwfile, self.password.encode() + b"\n")
+            os.close(pwfile)
+            if self.identity is not None:  # initdb runs as that account: the pipe must be its to open
+                os.fchown(read_end, self.identity.uid, self.identity.gid)
+            args += ["--auth=scram-sha-256", f"--pwfile=/proc/self/fd/{read_end}"]
+            pwfile = read_end
         if not self.durable:
             args.append("--no-sync")
-        done = subprocess.run(
-            args,
-            cwd=self._dir(),
-            env=child_env(("PG",)),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-            pass_fds=self._pass_fds,
-            **identity_kwargs(self.identity),
-        )
+        try:
+            done = subprocess.run(
+                args,
+                cwd=self._dir(),
+                env=child_env(("PG",)),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+                pass_fds=(*self._pass_fds, *(() if pwfile is None else (pwfile,))),
+                **identity_kwargs(self.identity),
+            )
+        finally:
+            if pwfile is not None:
+                os.close(pwfile)
         if done.returncode != 0:
             as_whom = f" as {self.identity.name!r}" if self.identity else ""
             raise ServerStartError(
@@ -454,7 +487,7 @@ class EmbeddedPostgres(EmbeddedServer):
 
     def _wait_ready(self, server: ServerProcess, port: int, began: float) -> None:
         deadline = began + self.startup_timeout
-        dsn = f"{pgurl.LIBPQ_SCHEME}://{self.user}@{LOOPBACK}:{port}/postgres"
+        dsn = self._dsn(port, "postgres")
         reason = "no attempt made"
         while True:
             code = server.exited()
@@ -466,6 +499,7 @@ class EmbeddedPostgres(EmbeddedServer):
                     # while connected, our backend is a child of the postmaster we started
                     ours = row is not None and _parent_pid(int(row[0])) == server.pid
                 if ours:
+                    self._require_password(dsn)
                     return
                 # someone else's server took the port between our choice and the bind
                 raise ServerStartError(f"{LOOPBACK}:{port} is served by another PostgreSQL")
@@ -476,6 +510,23 @@ class EmbeddedPostgres(EmbeddedServer):
                     f"postgres on {LOOPBACK}:{port} did not accept queries within {self.startup_timeout:.1f}s: {reason}"
                 )
             time.sleep(0.02)
+
+    def _require_password(self, dsn: str) -> None:
+        """With ``password``: the superuser has it and ``pg_hba.conf`` asks every client for one
+        (a cluster made without a password is converted here)."""
+        if self.password is None:
+            return
+        hba = self.pgdata / "pg_hba.conf"
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(self.user), sql.Literal(self.password))
+            )
+            before = hba.read_text()
+            if before != _SCRAM_HBA:
+                hba.write_text(_SCRAM_HBA)
+                conn.execute("SELECT pg_reload_conf()")
+                if any(line.split()[-1:] == ["trust"] for line in before.splitlines() if not line.startswith("#")):
+                    _log.warning("%s: trust authentication replaced by passwords (scram-sha-256)", self.pgdata)
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then immediate (SIGQUIT), then SIGKILL. Idempotent.

@@ -4,6 +4,11 @@ The shell calls ``absorb`` for every recorded event, ``note_sent`` with the comm
 is about to execute, ``note_reply`` when a worker answers, and ``saw_heartbeat`` for
 each heartbeat. ``pending`` entries disappear once the log shows their effect, when the
 command failed, or when they expire.
+
+A model's command on a worker that fails, or whose effect never reaches the log before its
+pending entry expires, made no progress: it is a ``Stall`` of that model on that worker, and
+the same command waits ``retry_s``, then twice that, and so on up to ``max_retry_s``, before it
+is sent again. The log showing the effect clears the stall.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from datetime import datetime, timedelta
 from msgspec.structs import replace
 
 from nrt.events import Event, WorkerJoined, WorkerLost
-from nrt.policies.model import Command, Control, ControlState, Emit, Pending, WorkerSeen, pending_key
+from nrt.policies.model import Command, Control, ControlState, Emit, Pending, Stall, WorkerSeen, pending_key
 from nrt.protocol import WorkerHeartbeat
 from nrt.state import ClusterState, evolve
 from nrt.vocabulary import Tier
@@ -87,10 +92,28 @@ def note_reply(state: ControlState, control: Control, ok: bool, now: datetime) -
             pending[key] = replace(current, replied=True, expires_at=now + timedelta(seconds=state.tuning.settle_s))
         return settle(replace(state, pending=pending), now)
     pending.pop(key, None)
-    backoff = dict(state.backoff)
-    if control.command.action != "evict_session":
-        backoff[key] = now + timedelta(seconds=state.tuning.retry_s)
-    return replace(state, pending=pending, backoff=backoff)
+    state = replace(state, pending=pending)
+    command = control.command
+    if command.action == "evict_session":
+        return state
+    return stalled(state, key, command.model_id, control.worker_id, control.tier, f"{command.action} failed", now)
+
+
+def stalled(
+    state: ControlState, key: str, model_id: str, worker_id: str, tier: Tier | None, why: str, now: datetime
+) -> ControlState:
+    """``state`` with one more command for ``key`` that made no progress, and its back-off doubled."""
+    previous = state.stalls.get(key)
+    count = previous.count + 1 if previous is not None else 1
+    tuning = state.tuning
+    delay = min(tuning.max_retry_s, tuning.retry_s * 2 ** min(count - 1, 30))
+    retry_at = now + timedelta(seconds=delay)
+    stall = Stall(model_id=model_id, worker_id=worker_id, tier=tier, count=count, retry_at=retry_at, why=why)
+    return replace(
+        state,
+        stalls={**state.stalls, key: stall},
+        backoff={**state.backoff, key: max(retry_at, state.backoff.get(key, retry_at))},
+    )
 
 
 def reached(cluster: ClusterState, pending: Pending) -> bool:
@@ -111,13 +134,36 @@ def reached(cluster: ClusterState, pending: Pending) -> bool:
     return tier == pending.tier
 
 
+def progressed(cluster: ClusterState, pending: Pending) -> bool:
+    """The log shows the tier ``pending`` waited for, on a worker that is alive."""
+    worker = cluster.workers.get(pending.worker_id)
+    return pending.kind == "tier" and worker is not None and worker.alive and reached(cluster, pending)
+
+
 def settle(state: ControlState, now: datetime) -> ControlState:
-    """Drop pending entries whose effect is in the log or whose time is up; drop old back-offs."""
-    keep = {k: p for k, p in state.pending.items() if p.expires_at > now and not reached(state.cluster, p)}
+    """Drop pending entries whose effect is in the log or whose time is up (a tier change whose time
+    is up made no progress: a stall); drop old back-offs; clear the stalls the log shows progress on."""
+    keep: dict[str, Pending] = {}
+    cleared: set[str] = set()
+    expired: list[Pending] = []
+    for key, pending in state.pending.items():
+        if reached(state.cluster, pending):
+            if progressed(state.cluster, pending):
+                cleared.add(key)
+        elif pending.expires_at <= now:
+            if pending.kind == "tier":
+                expired.append(pending)
+        else:
+            keep[key] = pending
     backoff = {k: t for k, t in state.backoff.items() if t > now}
     if len(keep) == len(state.pending) and len(backoff) == len(state.backoff):
         return state
-    return replace(state, pending=keep, backoff=backoff)
+    stalls = {k: s for k, s in state.stalls.items() if k not in cleared}
+    state = replace(state, pending=keep, backoff=backoff, stalls=stalls)
+    for pending in expired:
+        why = f"the log did not show it {pending.tier} in time" if pending.replied else "the worker did not answer"
+        state = stalled(state, pending.key, pending.model_id or "", pending.worker_id, pending.tier, why, now)
+    return state
 
 
 def absorb(state: ControlState, event: Event, now: datetime) -> ControlState:

@@ -28,7 +28,8 @@ class Tuning(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_s: float = 2.0  # the workers' heartbeat interval (NRT_HEARTBEAT_S)
     missed_beats: int = 3  # a worker silent for this many intervals is lost
     settle_s: float = 10.0  # how long a command's effect may take to appear in the log after its reply
-    retry_s: float = 15.0  # back-off before a failed command for the same model is tried again
+    retry_s: float = 15.0  # back-off before a failed command for the same model is tried again (the first time)
+    max_retry_s: float = 300.0  # the back-off doubles each time the same command makes no progress, up to this
     stale_s: float = 30.0  # events older than this do not trigger warming (e.g. a backlog after a restart)
     join_grace_s: float = 2.0  # a heartbeating worker the log does not know is announced after this long
 
@@ -63,11 +64,24 @@ class WorkerSeen(msgspec.Struct, frozen=True, kw_only=True):
     beats: int = 1  # heartbeats since ``beating_since``
 
 
+class Stall(msgspec.Struct, frozen=True, kw_only=True):
+    """A model's command on a worker that ended ``count`` times in a row without the log showing its
+    effect (it failed, or its effect never came): not sent again before ``retry_at``."""
+
+    model_id: str
+    worker_id: str
+    tier: Tier | None
+    count: int
+    retry_at: datetime
+    why: str
+
+
 class ControlState(msgspec.Struct, frozen=True, kw_only=True):
     cluster: ClusterState = ClusterState()
     pending: dict[str, Pending] = {}
     seen: dict[str, WorkerSeen] = {}
     backoff: dict[str, datetime] = {}  # "model@worker" -> not before
+    stalls: dict[str, Stall] = {}  # "model@worker" -> its command's run of no progress (cleared by progress)
     started_at: datetime = EPOCH  # when this controller started: a grace for workers it has not heard yet
     tuning: Tuning = Tuning()
 

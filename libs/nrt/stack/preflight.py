@@ -1,0 +1,73 @@
+"""Before `nrt up` starts anything: its data directory and its gateway port must be its own.
+
+A second `nrt up` on the same data directory, or on a port another process listens on, is
+refused at once with a message naming what holds it, instead of starting beside it and
+letting its clients talk to the other stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from nrt.stack import endpoints
+
+LOCK_FILE = "nrt-up.lock"
+
+
+class StackInUseError(Exception):
+    """The data directory or the gateway port belongs to something else; the message says what."""
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Hold ``data_dir``'s lock for as long as the returned descriptor is open (close it to release).
+
+    Raises :class:`StackInUseError` when another `nrt up` holds it.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        running = endpoints.discover(data_dir)
+        where = f", serving {running.gateway_url}" if running is not None else ""
+        raise StackInUseError(
+            f"another `nrt up` (pid {holder}{where}) runs on data directory {data_dir}; stop it first "
+            "(Ctrl-C in its terminal), or give this one another --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def require_free_port(host: str, port: int) -> None:
+    """Raise :class:`StackInUseError` unless ``host:port`` can be bound now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise StackInUseError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+            raise StackInUseError(
+                f"port {port} on {host} is taken by another process (another stack?); stop it or choose "
+                "another port with --port"
+            ) from None
+
+
+@contextlib.contextmanager
+def claimed(data_dir: Path, host: str, port: int) -> Iterator[None]:
+    """The data directory locked (then the port checked) for the duration of the block."""
+    fd = lock_data_dir(data_dir)
+    try:
+        require_free_port(host, port)
+        yield
+    finally:
+        os.close(fd)
