@@ -103,7 +103,11 @@ class Traffic:
             n = index
             while not self._stop.is_set():
                 n += self.concurrency
-                self.outcomes.append(await self.one(client, MESSAGES[n % len(MESSAGES)], stream=n % 2 == 0 if self.stream is None else self.stream))
+                self.outcomes.append(
+                    await self.one(
+                        client, MESSAGES[n % len(MESSAGES)], stream=n % 2 == 0 if self.stream is None else self.stream
+                    )
+                )
 
     async def one(self, client: httpx.AsyncClient, message: str, stream: bool) -> Outcome:
         body = {

@@ -63,13 +63,14 @@ async def test_nats_killed_under_traffic_comes_back_and_the_stack_serves_within_
     )
 
     # the cluster converged and nothing repeats: no placement loop
-    models = live_state(fault_stack.url, fault_stack.headers)["models"]
+    models = (await asyncio.to_thread(live_state, fault_stack.url, fault_stack.headers))["models"]
     assert all(m["placements"] for m in models.values()), models
     placed_after = placements(fault_stack)
     await asyncio.sleep(12)  # longer than a pending command's settle time (10 s)
     assert placements(fault_stack) == placed_after
     assert placed_after - placed_before <= len(models)  # at most one re-placement per model
-    assert httpx.get(f"{fault_stack.url}/readyz", timeout=5).status_code == 200
+    async with httpx.AsyncClient(timeout=5) as client:
+        assert (await client.get(f"{fault_stack.url}/readyz")).status_code == 200
     report(
         "nats-sigkill",
         {
