@@ -23,6 +23,7 @@ def test_a_second_nrt_up_on_the_same_data_directory_is_refused_naming_the_first(
         endpoints.Endpoints(nats_url="n", database_url="d", gateway_url="http://127.0.0.1:8080", pid=os.getpid()),
         tmp_path,
     )
+    assert (tmp_path / endpoints.ENDPOINTS_FILE).stat().st_mode & 0o777 == 0o600  # it holds a database password
     try:
         with pytest.raises(StackInUseError, match=rf"pid {os.getpid()}, serving http://127.0.0.1:8080.*--data-dir"):
             lock_data_dir(tmp_path)

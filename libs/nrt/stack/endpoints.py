@@ -27,7 +27,11 @@ def write(endpoints: Endpoints, directory: Path | None = None) -> Path:
     path = (directory or stack_dir()) / ENDPOINTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(endpoints))
+    tmp.unlink(missing_ok=True)
+    # owner-only: the database URL carries the services' PostgreSQL password
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(msgspec.json.encode(endpoints))
     tmp.replace(path)
     return path
 
