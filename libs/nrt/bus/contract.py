@@ -22,8 +22,8 @@ from nrt.bus.errors import ErrorFrame
 from nrt.events import EVENT_TYPES, AnyEvent, Event
 from nrt.protocol import (
     ApplyManifest,
-    Cancel,
     ApplyResult,
+    Cancel,
     ClassifyReply,
     ControlCommand,
     ControlReply,
