@@ -28,7 +28,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from api_gateway.errors import ApiError
-from api_gateway.exchange import WORKER_LOST, RouteExchange
+from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import SSE_DONE, Transcript, sse, sse_error
@@ -79,6 +79,8 @@ class Flight:
             stream=self.call.stream,
             deadline=self.exchange.deadline,
         )
+        if not t.routed:  # no live worker serves it: 503 at once, not after a timeout
+            require_serving(self.bus.follower.state, self.call.model)
         t.sent_at, t.sent_wall = time.perf_counter(), time.time()
         await self._send(route)
 

@@ -14,7 +14,9 @@ from api_gateway.settings import GatewaySettings
 from nrt.bus.errors import Overloaded, RemoteError
 from specialist_worker.hosting import recent_speed
 
-SETTINGS = GatewaySettings(idle_timeout=60.0, token_timeout_factor=50.0, token_timeout_floor=5.0, first_token_timeout=30.0)
+SETTINGS = GatewaySettings(
+    idle_timeout=60.0, token_timeout_factor=50.0, token_timeout_floor=5.0, first_token_timeout=30.0
+)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +74,8 @@ async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before(
         assert isinstance(error, RemoteError)
         assert (error.code, error.status, error.retry_after) == (WORKER_LOST, 503, 2.0)
         assert "w1" in error.message
-    assert queue_other.empty() and queue_fresh.empty()
+    assert queue_other.empty()
+    assert queue_fresh.empty()
     inboxes.close(on_lost)
     assert inboxes.worker_lost("w1", "heartbeat_timeout") == 1  # the untaken one, again (it is still open)
     del untaken, fresh
