@@ -59,7 +59,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
     assert worker.heartbeat_s == 0.5
     state = ClusterStateSettings.from_env()
     assert (state.manifest, state.heartbeat_s, state.missed_heartbeats) == (None, 0.5, 3)
-    assert state.tuning() == Tuning()
+    assert state.tuning() == Tuning(heartbeat_s=0.5)
     assert CliSettings.from_env().gateway_url is None
     assert Settings.from_env().home.name == "nrt"  # the user cache dir's nrt folder
 
