@@ -79,6 +79,7 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     params: SamplingParams = SamplingParams()
     session_id: str | None = None
     stream: bool = True  # False: the client waits for the whole answer (see GenerateRequest.stream)
+    deadline: float | None = None  # unix time by which the answer must be complete; the worker stops there
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):
@@ -117,6 +118,28 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     session_id: str | None = None
     stream: bool = True  # False: the worker sends the whole answer as one chunk, not a message per token
     route: Dispatch | None = None  # a routed request: the router's decision, returned on the first chunk
+    deadline: float | None = (
+        None  # unix time by which the answer must be complete (the gateway's); the worker stops there
+    )
+
+
+class Accepted(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker has taken a generate request: the first frame on the inbox (``Nrt-Frame: accepted``).
+
+    The gateway learns where the request runs (it ends the request at once when that worker is
+    lost) and how fast the model decodes there (its inter-token deadline follows that speed)."""
+
+    request_id: str
+    model_id: str
+    worker_id: str
+    decode_tokens_per_s: float | None = None  # the model's recent decode speed on this worker; None: not measured yet
+
+
+class Cancel(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop generating ``request_id`` (``nrt.requests.cancel``, to every worker): its client has gone."""
+
+    request_id: str
+    reason: str = "client_disconnected"
 
 
 class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
@@ -138,7 +161,9 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
 
 InboxFrame = GenerateChunk
 """What a request's inbox receives: the answer's chunks (the first of a routed answer carries the
-``Dispatch``), or an error frame (``Nrt-Frame: error``)."""
+``Dispatch``), or an error frame (``Nrt-Frame: error``). Before them, the worker that takes a
+generate request says so in an ``Accepted`` frame (``Nrt-Frame: accepted``), which readers that
+do not care about it skip."""
 
 
 class ClassifyRequest(msgspec.Struct, frozen=True, kw_only=True, tag="classify"):

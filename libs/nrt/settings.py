@@ -118,7 +118,7 @@ class HeartbeatSettings(Settings):
     """The heartbeat interval that the workers send at and cluster_state expects."""
 
     heartbeat_s: float = Field(
-        default=2.0,
+        default=0.5,
         gt=0,
         description="worker heartbeat interval in seconds (a worker is lost after `NRT_MISSED_HEARTBEATS` missed ones)",
     )

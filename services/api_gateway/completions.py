@@ -7,11 +7,14 @@ starts only when the first token (or an error) arrives, so an error the worker r
 before answering, such as a prompt beyond the context window, is a proper 4xx even for
 a streaming request; after that, errors become an SSE error event. Every admitted
 request ends with exactly one ``RequestCompleted`` or ``RequestFailed``, under the
-manifest version it was admitted with.
+manifest version it was admitted with. A request whose worker is lost before any of its
+answer came is sent once more (to a live worker, or answered 503 at once); a client that
+goes away has its generation cancelled on the worker (``nrt.requests.cancel``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,20 +28,22 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from api_gateway.errors import ApiError
-from api_gateway.exchange import RouteExchange
+from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import SSE_DONE, Transcript, sse, sse_error
 from api_gateway.validate import SESSION_HEADER, ChatCall, check_model, validate_chat
-from nrt.bus import tracing
+from nrt.bus import rpc, subjects, tracing
 from nrt.bus.errors import RemoteError
 from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
-from nrt.protocol import RouteRequest
+from nrt.protocol import Cancel, InboxFrame, RouteRequest
 
 tracer = trace.get_tracer("api_gateway")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CLIENT_GONE = 499
+RETRIES = 1  # times a request whose worker was lost before answering is sent again
+_cancels: set[asyncio.Task[None]] = set()  # cancels on their way to the workers
 
 
 class Flight:
@@ -50,6 +55,8 @@ class Flight:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
         self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
+        self.route: RouteRequest | None = None
+        self.retries = RETRIES
 
     async def start(self) -> None:
         t = self.transcript
@@ -70,15 +77,36 @@ class Flight:
             params=self.call.params,
             session_id=self.call.session_id,
             stream=self.call.stream,
+            deadline=self.exchange.deadline,
         )
+        if not t.routed:  # no live worker serves it: 503 at once, not after a timeout
+            require_serving(self.bus.follower.state, self.call.model)
         t.sent_at, t.sent_wall = time.perf_counter(), time.time()
+        await self._send(route)
+
+    async def _send(self, route: RouteRequest) -> None:
+        self.route = route
         await self.exchange.open(route)
-        if not t.routed:
+        if not self.transcript.routed:
             self.exchange.expect(self.call.model)
+
+    async def _next_chunk(self) -> InboxFrame | None:
+        """The exchange's next chunk; sent again once when its worker was lost before answering."""
+        while True:
+            try:
+                return await self.exchange.next()
+            except RemoteError as exc:
+                if exc.code != WORKER_LOST or self.exchange.frames > 0 or self.retries <= 0 or self.route is None:
+                    raise
+            self.retries -= 1
+            self.span.add_event("retry", {"reason": WORKER_LOST})
+            self.exchange.close()  # frames still coming for the first attempt are dropped
+            self.exchange = RouteExchange(self.bus.nc, self.bus.inboxes, self.runtime.settings)
+            await self._send(self.route)
 
     async def next_text(self) -> str | None:
         """The text of the next chunk ('' for a chunk without text); None at the end."""
-        chunk = await self.exchange.next()
+        chunk = await self._next_chunk()
         if chunk is None:
             return None
         if chunk.route is not None:  # the first chunk of a routed answer: the router's decision
@@ -119,6 +147,16 @@ class Flight:
                 model_id=t.final_model,
             )
         )
+
+    def abandon(self) -> None:
+        """The client has gone: record it, and have the worker stop generating (if it still is)."""
+        if self.ended:
+            return
+        self.fail(ApiError(CLIENT_GONE, "the client closed the connection", code="client_disconnected"))
+        cancel = Cancel(request_id=self.transcript.request_id, reason="client_disconnected")
+        task = asyncio.get_running_loop().create_task(self.bus.nc.publish(subjects.CANCEL, rpc.encode(cancel)))
+        _cancels.add(task)
+        task.add_done_callback(_cancels.discard)
 
     def _end(self, error: ApiError | None = None) -> None:
         self.ended = True
@@ -201,6 +239,9 @@ async def _collect(
         flight.fail(error)
         error.headers.update(headers)
         return error.response()
+    except asyncio.CancelledError:
+        flight.abandon()
+        raise
     except BaseException:
         flight.fail(ApiError(500, "the request was interrupted", code="internal_error"))
         raise
@@ -229,4 +270,4 @@ async def _events(flight: Flight, first: str | None) -> AsyncIterator[bytes]:
         yield sse_error(error)
         yield SSE_DONE
     finally:  # the client went away (cancelled) or the stream was closed early
-        flight.fail(ApiError(CLIENT_GONE, "the client closed the connection", code="client_disconnected"))
+        flight.abandon()

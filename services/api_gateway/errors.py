@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from litestar import Request, Response
@@ -38,6 +39,11 @@ def error_type(status: int) -> str:
     return _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
 
 
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` in whole seconds (HTTP allows no fraction), at least 1."""
+    return str(max(1, math.ceil(seconds)))
+
+
 class ApiError(Exception):
     """An error answer: HTTP status, a clear message, the offending parameter and a stable code."""
 
@@ -60,7 +66,8 @@ class ApiError(Exception):
     def from_remote(cls, error: RemoteError) -> ApiError:
         """A bus error frame as an HTTP error: the frame's status passes through (5xx when it is not an error status)."""
         status = error.status if 400 <= error.status <= 599 else 502
-        return cls(status, error.message, code=error.code)
+        headers = {"Retry-After": retry_after_header(error.retry_after)} if error.retry_after is not None else None
+        return cls(status, error.message, code=error.code, headers=headers)
 
     def body(self) -> ErrorResponse:
         return ErrorResponse(

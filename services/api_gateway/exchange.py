@@ -6,10 +6,16 @@ would spread interest changes to every server for each request.
 
 router_svc forwards the request to the model that answers with this inbox as reply subject:
 that worker streams ``GenerateChunk`` frames here, the last one marked as such (or followed by
-an ``end`` frame); the first chunk of a routed answer carries router_svc's ``Dispatch``. Every wait has a deadline: the first frame within
-``route_timeout``, each next one within ``idle_timeout``, the whole request within
-``request_timeout``. A missed deadline, an error frame or a no-responders status raises
-RemoteError; nothing waits forever.
+an ``end`` frame); the first chunk of a routed answer carries router_svc's ``Dispatch``. Before
+them, the worker says it has taken the request (an ``accepted`` frame with its id and the
+model's decode speed there). Every wait has a deadline (``api_gateway.deadlines``), the whole
+request ``request_timeout``, which travels with it so the worker stops there too. A missed
+deadline, an error frame or a no-responders status raises RemoteError; nothing waits forever.
+
+When the event log says a worker is lost (:meth:`Inboxes.worker_lost`), each request on it
+ends at once with a ``worker_lost`` error, as does each request no worker has taken yet that
+was sent a moment before (it may have been forwarded to the lost worker): the caller may
+retry such a request elsewhere when nothing of its answer has come yet.
 """
 
 from __future__ import annotations
@@ -23,12 +29,35 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from api_gateway.deadlines import next_frame_timeout
 from api_gateway.settings import GatewaySettings
 from nrt.bus import rpc, subjects, tracing
-from nrt.bus.errors import DeadlineExceeded, RemoteError
-from nrt.protocol import InboxFrame, RouteRequest
+from nrt.bus.errors import DeadlineExceeded, RemoteError, Unavailable
+from nrt.protocol import Accepted, InboxFrame, RouteRequest
+from nrt.routing import serving_workers
+from nrt.state import ClusterState
 
 _frames: msgspec.json.Decoder[Any] = msgspec.json.Decoder(InboxFrame)
+_accepted = msgspec.json.Decoder(Accepted)
+
+WORKER_LOST = "worker_lost"  # the error code of a request whose worker was lost
+WORKER_LOST_RETRY_AFTER_S = 2.0  # a lost worker's models are back once it restarts, or are placed elsewhere
+UNTAKEN_GRACE_S = 0.25  # a request sent this long before a worker is lost, and taken by none, may have gone to it
+
+UNAVAILABLE_RETRY_AFTER_S = 5.0  # a model no live worker serves: a lost worker restarts, or placement moves it
+
+
+def require_serving(state: ClusterState, model_id: str) -> None:
+    """503 with Retry-After at once, not after a timeout, when no live worker serves ``model_id``."""
+    if not serving_workers(state, model_id):
+        raise Unavailable(
+            f"model '{model_id}' is not loaded on any live worker (see GET /v1/models for placements)",
+            code="model_unavailable",
+            retry_after=UNAVAILABLE_RETRY_AFTER_S,
+        )
+
+
+Frame = Msg | RemoteError  # a message on the inbox, or an error the gateway itself puts there
 
 
 class Inboxes:
@@ -37,7 +66,9 @@ class Inboxes:
     def __init__(self, nc: Client) -> None:
         self.nc = nc
         self.prefix = nc.new_inbox()
-        self._queues: dict[str, asyncio.Queue[Msg]] = {}
+        self._queues: dict[str, asyncio.Queue[Frame]] = {}
+        self._opened: dict[str, float] = {}  # inbox -> time.monotonic() when it was opened
+        self._workers: dict[str, str] = {}  # inbox -> the worker that took its request
         self._sub: Subscription | None = None
         self._next = 0
 
@@ -49,14 +80,39 @@ class Inboxes:
         if queue is not None:  # else: a frame for a request that has already ended
             queue.put_nowait(msg)
 
-    def open(self) -> tuple[str, asyncio.Queue[Msg]]:
+    def open(self) -> tuple[str, asyncio.Queue[Frame]]:
         self._next += 1
-        inbox, queue = f"{self.prefix}.{self._next}", asyncio.Queue[Msg]()
+        inbox, queue = f"{self.prefix}.{self._next}", asyncio.Queue[Frame]()
         self._queues[inbox] = queue
+        self._opened[inbox] = time.monotonic()
         return inbox, queue
+
+    def taken(self, inbox: str, worker_id: str) -> None:
+        """``worker_id`` has taken the request answered on ``inbox``."""
+        if inbox in self._queues:
+            self._workers[inbox] = worker_id
 
     def close(self, inbox: str) -> None:
         self._queues.pop(inbox, None)
+        self._opened.pop(inbox, None)
+        self._workers.pop(inbox, None)
+
+    def worker_lost(self, worker_id: str, reason: str) -> int:
+        """End every request ``worker_id`` had taken, and every one taken by no worker yet that was
+        sent at least UNTAKEN_GRACE_S ago, with a ``worker_lost`` error; returns how many."""
+        now = time.monotonic()
+        ended = 0
+        for inbox, queue in list(self._queues.items()):
+            taker = self._workers.get(inbox)
+            if taker == worker_id:
+                message = f"worker {worker_id}, which was answering this request, was lost ({reason})"
+            elif taker is None and now - self._opened.get(inbox, now) >= UNTAKEN_GRACE_S:
+                message = f"no worker took this request, and worker {worker_id} was lost ({reason})"
+            else:
+                continue
+            queue.put_nowait(RemoteError(WORKER_LOST, message, 503, WORKER_LOST_RETRY_AFTER_S))
+            ended += 1
+        return ended
 
 
 class RouteExchange:
@@ -66,30 +122,54 @@ class RouteExchange:
         # who is expected to speak next (for error messages): before the first chunk, router_svc or
         # the worker it forwarded the request to (the first chunk says which)
         self.source = f"{subjects.ROUTE} or the model it routed the request to"
-        self.frames = 0
+        self.frames = 0  # chunks received (the accepted frame is not one)
+        self.accepted: Accepted | None = None  # the worker that took the request, once it says so
         self.finished = False  # the last frame has come
         self._deadline = time.monotonic() + settings.request_timeout
+        self.deadline = time.time() + settings.request_timeout  # the same, as unix time: it travels with the request
 
     async def open(self, request: RouteRequest) -> None:
         """Send ``request`` with the current trace context; the frames come back on our inbox."""
         await self.nc.publish(subjects.ROUTE, rpc.encode(request), reply=self.inbox, headers=tracing.inject())
 
     async def next(self) -> InboxFrame | None:
-        """The next frame, or None at the end of the answer."""
-        if self.finished:
-            return None
-        wait = self.settings.route_timeout if self.frames == 0 else self.settings.idle_timeout
+        """The next chunk, or None at the end of the answer."""
+        while not self.finished:
+            msg = await self._receive()
+            if rpc.is_accepted(msg):
+                self._take(msg)
+                continue
+            return self._chunk(msg)
+        return None
+
+    async def _receive(self) -> Msg:
+        speed = self.accepted.decode_tokens_per_s if self.accepted is not None else None
+        wait, which = next_frame_timeout(
+            self.settings, accepted=self.accepted is not None, chunks=self.frames, tokens_per_s=speed
+        )
         remaining = self._deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(0.0, min(wait, remaining))):
-                msg = await self.queue.get()
+                frame = await self.queue.get()
         except TimeoutError:
             if remaining <= wait:
                 raise DeadlineExceeded(
                     f"the request did not complete within {self.settings.request_timeout:g}s"
                 ) from None
-            which = "first reply" if self.frames == 0 else "next token"
-            raise DeadlineExceeded(f"no {which} from {self.source} within {wait:g}s") from None
+            raise DeadlineExceeded(f"no {which} from {self.source} within {wait:.3g}s") from None
+        if isinstance(frame, RemoteError):
+            raise frame
+        return frame
+
+    def _take(self, msg: Msg) -> None:
+        try:
+            self.accepted = _accepted.decode(msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise RemoteError("bad_reply", f"an invalid accepted frame from {self.source}: {exc}", 502) from exc
+        self.source = f"worker {self.accepted.worker_id} ({subjects.infer(self.accepted.model_id)})"
+        self.inboxes.taken(self.inbox, self.accepted.worker_id)
+
+    def _chunk(self, msg: Msg) -> InboxFrame | None:
         self.frames += 1
         payload, self.finished = rpc.frame_payload(msg, self.source)
         if payload is None:
@@ -98,7 +178,7 @@ class RouteExchange:
             frame: InboxFrame = _frames.decode(payload)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise RemoteError("bad_reply", f"an invalid frame from {self.source}: {exc}", 502) from exc
-        if frame.route is not None:
+        if frame.route is not None and self.accepted is None:
             self.source = subjects.infer(frame.route.target)
         return frame
 

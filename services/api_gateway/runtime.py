@@ -24,7 +24,7 @@ from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.bus.outbox import Outbox
-from nrt.events import CONTROL_PLANE
+from nrt.events import CONTROL_PLANE, AnyEvent, WorkerLost
 
 log = logging.getLogger("api_gateway")
 
@@ -41,6 +41,14 @@ class Bus:
     def nc(self) -> Client:
         """The broker's connection: the raw hot path (route, token frames) and JetStream."""
         return self.broker.connection
+
+
+def _end_on_loss(inboxes: Inboxes, event: AnyEvent) -> None:
+    """A worker the log says is lost answers nothing more: end its requests now, not at a timeout."""
+    if isinstance(event, WorkerLost):
+        ended = inboxes.worker_lost(event.worker_id, event.reason.value)
+        if ended:
+            log.warning("worker %s was lost (%s): ended %d request(s) on it", event.worker_id, event.reason, ended)
 
 
 class Runtime:
@@ -79,6 +87,7 @@ class Runtime:
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()
+        follower.listen(lambda event, _: _end_on_loss(inboxes, event))
         self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)

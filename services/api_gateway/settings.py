@@ -44,7 +44,25 @@ class GatewaySettings(Settings):
         default=60.0,
         gt=0,
         validation_alias="NRT_GATEWAY_IDLE_TIMEOUT",
-        description="seconds between frames (covers a specialist's cold start)",
+        description="the most seconds between tokens (and the wait while the model's speed is not measured yet)",
+    )
+    first_token_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_FIRST_TOKEN_TIMEOUT",
+        description="seconds from a worker taking a request to its first token (covers a cold start)",
+    )
+    token_timeout_factor: float = Field(
+        default=50.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_TOKEN_TIMEOUT_FACTOR",
+        description="the wait between tokens, in the model's measured times per token on its worker",
+    )
+    token_timeout_floor: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_TOKEN_TIMEOUT_FLOOR",
+        description="the least seconds to wait between tokens, however fast the model",
     )
     request_timeout: float = Field(
         default=600.0, gt=0, validation_alias="NRT_GATEWAY_REQUEST_TIMEOUT", description="seconds for a whole request"

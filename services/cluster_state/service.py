@@ -62,7 +62,7 @@ class ClusterStateService:
         manifest_text: str | None = None,
         manifest_file: str = "the bootstrap manifest",
         tuning: Tuning | None = None,
-        tick_s: float = 0.5,
+        tick_s: float = 0.25,
     ) -> None:
         self.broker = broker
         nc = broker.connection

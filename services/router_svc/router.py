@@ -37,6 +37,9 @@ from specialist_worker.worker import Worker, stream_answer
 
 tracer = trace.get_tracer("router_svc")
 
+UNAVAILABLE_RETRY_AFTER_S = (
+    5.0  # a model no live worker serves: a lost worker restarts, or placement moves it, in seconds
+)
 PLACEMENT_SETTLE_S = 5.0  # a router host that has joined this long ago without a placement will not get one soon
 
 
@@ -176,6 +179,7 @@ class Router:
             raise Unavailable(
                 f"model '{target}' is not loaded on any live worker (see GET /v1/models for placements)",
                 code="model_unavailable",
+                retry_after=UNAVAILABLE_RETRY_AFTER_S,
             )
         generate = self._generate_request(request, target, route)
         with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
@@ -193,4 +197,5 @@ class Router:
             session_id=request.session_id,
             stream=request.stream,
             route=route,
+            deadline=request.deadline,
         )

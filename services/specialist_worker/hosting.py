@@ -36,14 +36,29 @@ class Hosted:
     active_requests: int = 0
     sessions: set[str] = field(default_factory=set)
     artifact_dir: Path | None = None  # a local artifact's directory, resolved once (the registry's key)
+    decode_tokens_per_s: float | None = None  # recent decode speed here (an average over recent answers)
 
     def __post_init__(self) -> None:
         if isinstance(self.target, LocalArtifact) and self.artifact_dir is None:
             self.artifact_dir = Path(self.target.path).resolve()
 
+    def observe_speed(self, tokens_per_s: float) -> None:
+        """Fold one answer's measured decode speed into the recent average."""
+        self.decode_tokens_per_s = recent_speed(self.decode_tokens_per_s, tokens_per_s)
+
     @property
     def remote(self) -> bool:
         return isinstance(self.target, RemoteEndpoint)
+
+
+SPEED_WEIGHT = 0.3  # the weight of the newest answer in the recent decode speed
+
+
+def recent_speed(previous: float | None, sample: float) -> float:
+    """An exponential moving average of decode speeds (the first sample stands alone)."""
+    if previous is None:
+        return sample
+    return previous + SPEED_WEIGHT * (sample - previous)
 
 
 @dataclass(frozen=True, slots=True)

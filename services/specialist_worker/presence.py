@@ -59,7 +59,7 @@ class Presence:
         host: ModelHost,
         publisher: Publisher,
         send_heartbeat: SendHeartbeat,
-        heartbeat_s: float = 2.0,
+        heartbeat_s: float = 0.5,
         role: WorkerRole = WorkerRole.SPECIALIST,
     ) -> None:
         self.worker_id = worker_id

@@ -34,6 +34,7 @@ from nrt.routing import Scored
 from nrt.vocabulary import Reason, Tier
 from specialist_worker import classify, remote
 from specialist_worker.hosting import ModelHost, session_key
+from specialist_worker.inflight import InFlight
 from specialist_worker.ports import EventSink, SpecLookup
 from specialist_worker.prompts import generation_request
 from specialist_worker.sources import RemoteEndpoint
@@ -64,6 +65,7 @@ class Serving:
         self.worker_id, self.host, self.residency, self.events, self.specs = worker_id, host, residency, events, specs
         self.manifest = manifest  # the manifest in force (an entry encoder calibrates from its examples)
         self.routers = classify.RouterIndexes()
+        self.inflight = InFlight()  # generate requests being answered, for cancels
 
     @contextmanager
     def active(self, model_id: str) -> Iterator[None]:

@@ -22,6 +22,12 @@ class WorkerSettings(HeartbeatSettings):
         json_schema_extra={"default_text": "the host's memory"},
     )
     worker_max_batch: int = Field(default=16, ge=1, description="how many requests a model runs in one batch")
+    worker_max_queue: int = Field(
+        default=64,
+        ge=1,
+        description="requests per model a worker holds at once (running or waiting for a batch row); one more is "
+        "refused at once with `overloaded` (HTTP 429 with `Retry-After`)",
+    )
     worker_ort_threads: int | None = Field(
         default=None,
         ge=1,

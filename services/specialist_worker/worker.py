@@ -26,16 +26,20 @@ from typing import cast
 import msgspec
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from nrt.bus import broker as bus
 from nrt.bus import rpc, subjects
+from nrt.bus.errors import DeadlineExceeded
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
 from nrt.events import ManifestApplied
 from nrt.inference import ArtifactRegistry
 from nrt.manifest import ModelSpec
 from nrt.protocol import (
+    Accepted,
+    Cancel,
     ClassifyRequest,
     EmbedRequest,
     GenerateRequest,
@@ -62,13 +66,15 @@ class Worker:
         resources: HostResources,
         worker_id: str | None = None,
         max_batch_size: int = 16,
-        heartbeat_s: float = 2.0,
+        heartbeat_s: float = 0.5,
         ort_threads: int | None = None,
         ort_spin: bool = False,
         promote_timeout: float = 60.0,
         role: WorkerRole = WorkerRole.SPECIALIST,
+        max_queue: int = 64,
     ) -> None:
         self.broker = broker
+        self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
         self.host = ModelHost(
             ArtifactRegistry(intra_op_threads=ort_threads, spin=ort_spin), max_batch_size=max_batch_size
@@ -77,6 +83,7 @@ class Worker:
         self.manifest = EventFollower(broker)
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
         self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
+        self._cancels: Subscription | None = None
         self.presence = Presence(
             self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s, role
         )
@@ -103,6 +110,7 @@ class Worker:
             self.control.handle,
             title=f"worker {self.worker_id}: control",
         )
+        self._cancels = await self.nc.subscribe(subjects.CANCEL, cb=self._on_cancel)
         await self.presence.join()
         self.started_at = time.monotonic()
         self.started.set()
@@ -118,6 +126,8 @@ class Worker:
     async def stop(self) -> None:
         for sub in self._subscriptions.values():
             await sub.unsubscribe()
+        if self._cancels is not None:
+            await self._cancels.unsubscribe()
         await self.presence.leave(Reason.SHUTDOWN)
         await asyncio.to_thread(self.host.close)
 
@@ -141,6 +151,7 @@ class Worker:
                 cast(type[GenerateRequest], InferRequest),
                 self._infer,
                 queue=subjects.INFER_QUEUE,
+                limit=self.max_queue,
             )
 
     async def unsubscribe(self, model_id: str) -> None:
@@ -161,6 +172,14 @@ class Worker:
             elif isinstance(request, EmbedRequest):
                 await inbox.send(await self.serving.embed(request), last=True)
 
+    async def _on_cancel(self, msg: Msg) -> None:
+        try:
+            cancel = _cancels.decode(msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("ignoring an invalid cancel: %s", exc)
+            return
+        self.serving.inflight.cancel(cancel.request_id, cancel.reason)
+
     async def _send_heartbeat(self, beat: WorkerHeartbeat) -> None:
         await self._heartbeats.publish(beat)
 
@@ -171,13 +190,40 @@ class Worker:
         return await bus.call(self.broker, subjects.PROMOTE, ask, PromoteResult, timeout=self.promote_timeout)
 
 
+_cancels = msgspec.json.Decoder(Cancel)
+
+
 async def stream_answer(serving: Serving, request: GenerateRequest, inbox: rpc.StreamInbox, received_at: float) -> None:
     """Stream ``request``'s answer to ``inbox`` (the caller's, often someone else's): each chunk stamped
     with when the request arrived (``received_at``, unix time) and when it leaves; the first one carries
-    the router's decision back to the gateway (``GenerateRequest.route``), so it needs no message of its own."""
+    the router's decision back to the gateway (``GenerateRequest.route``), so it needs no message of its own.
+
+    First an ``Accepted`` frame says which worker took the request and how fast the model decodes
+    here. The answer stops at the request's deadline (an error frame) or when the request is
+    cancelled (``Serving.inflight``); the batch drops its row before the next decode step."""
+    hosted = serving.host.get(request.model_id)
+    await inbox.accept(
+        Accepted(
+            request_id=request.request_id,
+            model_id=request.model_id,
+            worker_id=serving.worker_id,
+            decode_tokens_per_s=hosted.decode_tokens_per_s,
+        )
+    )
     route = request.route
-    async with aclosing(serving.generate(request)) as chunks:
-        async for chunk in chunks:
-            stamped = msgspec.structs.replace(chunk, route=route, received_at=received_at, sent_at=time.time())
-            route = None
-            await inbox.send(stamped, last=chunk.finish_reason is not None)
+    sent = 0
+    remaining = request.deadline - time.time() if request.deadline is not None else None
+    try:
+        with serving.inflight.running(request.request_id):
+            async with asyncio.timeout(remaining), aclosing(serving.generate(request)) as chunks:
+                async for chunk in chunks:
+                    stamped = msgspec.structs.replace(chunk, route=route, received_at=received_at, sent_at=time.time())
+                    route = None
+                    sent += 1
+                    if chunk.timings is not None and chunk.usage is not None and chunk.usage.completion_tokens > 1:
+                        hosted.observe_speed(chunk.timings.decode_tokens_per_s)
+                    await inbox.send(stamped, last=chunk.finish_reason is not None)
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"request {request.request_id} reached its deadline on worker {serving.worker_id} after {sent} chunk(s)"
+        ) from None

@@ -47,7 +47,7 @@ async def test_a_worker_that_dies_mid_stream_ends_the_stream_with_an_error_event
                     received += 1
                     if received == 2:
                         await stack.worker_nc.close()  # the worker is gone
-        assert "no next token from nrt.route -> nrt.infer.billing within 1s" in caught.value.message
+        assert "no next token from worker w-gateway (nrt.infer.billing) within 1s" in caught.value.message
         assert time.monotonic() - started < 5
         failed = await failed_event(stack, request_id)
         assert (failed.code, failed.status, failed.model_id) == ("deadline_exceeded", 504, "billing")

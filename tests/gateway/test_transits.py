@@ -21,6 +21,7 @@ from litestar import Litestar
 from nats.aio.msg import Msg
 
 from nrt.bus import rpc, subjects
+from nrt.bus.broker import ACCEPTED, FRAME
 from nrt.bus.errors import RemoteError
 from nrt.events import RequestFailed, RequestRouted
 from nrt.protocol import GenerateChunk, GenerateRequest
@@ -58,7 +59,8 @@ async def spied(nats_url: str, nrt_home: Path) -> AsyncIterator[tuple[Stack, Spy
 
         def record(kind: str):  # type: ignore[no-untyped-def]
             async def on_message(msg: Msg) -> None:
-                spy.seen.append((kind, msg.subject))
+                accepted = (msg.headers or {}).get(FRAME) == ACCEPTED  # the worker says it took the request
+                spy.seen.append((f"{kind} (accepted)" if accepted else kind, msg.subject))
 
             return on_message
 
@@ -85,7 +87,14 @@ async def test_a_routed_request_crosses_exactly_three_nats_transits(spied: tuple
     await settled(stack)
     nrt = response.http_response.json()["nrt"]
     assert (nrt["routed"], nrt["intent"], nrt["final_model"]) == (True, "billing", "billing")
-    assert [kind for kind, _ in spy.seen] == ["gateway -> router_svc", "router_svc -> worker", "worker -> gateway"]
+    # three transits, and the worker's accepted frame (where the request runs: the gateway ends it
+    # at once if that worker is lost)
+    assert [kind for kind, _ in spy.seen] == [
+        "gateway -> router_svc",
+        "router_svc -> worker",
+        "worker -> gateway (accepted)",
+        "worker -> gateway",
+    ]
     assert spy.seen[1][1] == subjects.infer("billing")  # straight to the specialist: the router classified in-process
     assert not [s for _, s in spy.seen if s == subjects.infer("router")]
     # the answer's one chunk brought the router's decision back: no message of its own
@@ -111,7 +120,7 @@ async def test_an_unsure_routed_request_goes_to_the_fallback_in_three_transits_t
     await settled(stack)
     assert response.http_response.json()["nrt"]["final_model"] == "fallback"
     assert [s for _, s in spy.seen][1] == subjects.infer("fallback")
-    assert len(spy.seen) == 3
+    assert len(spy.seen) == 4  # three transits and the accepted frame
 
 
 # -- the entry model answering itself ---------------------------------------------------------------

@@ -56,10 +56,10 @@ def test_the_defaults_are_the_documented_ones() -> None:
         16,
         False,
     )
-    assert worker.heartbeat_s == 2.0
+    assert worker.heartbeat_s == 0.5
     state = ClusterStateSettings.from_env()
-    assert (state.manifest, state.heartbeat_s, state.missed_heartbeats) == (None, 2.0, 3)
-    assert state.tuning() == Tuning()
+    assert (state.manifest, state.heartbeat_s, state.missed_heartbeats) == (None, 0.5, 3)
+    assert state.tuning() == Tuning(heartbeat_s=0.5)
     assert CliSettings.from_env().gateway_url is None
     assert Settings.from_env().home.name == "nrt"  # the user cache dir's nrt folder
 
@@ -78,6 +78,9 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_GATEWAY_MAX_TOKENS": ("64", "max_tokens_limit", 64),
         "NRT_GATEWAY_ROUTE_TIMEOUT": ("2.5", "route_timeout", 2.5),
         "NRT_GATEWAY_IDLE_TIMEOUT": ("3", "idle_timeout", 3.0),
+        "NRT_GATEWAY_FIRST_TOKEN_TIMEOUT": ("7", "first_token_timeout", 7.0),
+        "NRT_GATEWAY_TOKEN_TIMEOUT_FACTOR": ("20", "token_timeout_factor", 20.0),
+        "NRT_GATEWAY_TOKEN_TIMEOUT_FLOOR": ("2", "token_timeout_floor", 2.0),
         "NRT_GATEWAY_REQUEST_TIMEOUT": ("40", "request_timeout", 40.0),
         "NRT_GATEWAY_APPLY_TIMEOUT": ("50", "apply_timeout", 50.0),
         "NRT_ROUTER_CLASSIFY_TIMEOUT": ("7", "classify_timeout", 7.0),
@@ -92,6 +95,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_ID": ("w-7", "worker_id", "w-7"),
         "NRT_WORKER_RAM": ("8GB", "worker_ram", 8 * 10**9),
         "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
+        "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
         "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
         "NRT_MANIFEST": ("/etc/nrt.yaml", "manifest", Path("/etc/nrt.yaml")),
         "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),

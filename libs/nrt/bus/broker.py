@@ -33,8 +33,9 @@ from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError
 
 log = logging.getLogger("nrt.bus")
 
-FRAME = "Nrt-Frame"  # the header every reply carries: data | last | end | error
+FRAME = "Nrt-Frame"  # the header every reply carries: data | last | end | error | accepted
 DATA, LAST, END, ERROR = "data", "last", "end", "error"
+ACCEPTED = "accepted"  # a worker has taken the request (an ``Accepted`` payload); no part of the answer
 
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)

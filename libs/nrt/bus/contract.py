@@ -23,6 +23,7 @@ from nrt.events import EVENT_TYPES, AnyEvent, Event
 from nrt.protocol import (
     ApplyManifest,
     ApplyResult,
+    Cancel,
     ClassifyReply,
     ControlCommand,
     ControlReply,
@@ -93,7 +94,8 @@ CHANNELS: tuple[Channel, ...] = (
             "A chat request to route. router_svc classifies it with the entry model in its own process and "
             "forwards it to the target with the gateway's inbox as reply subject: the answering worker streams "
             "GenerateChunk frames there, the first one carrying router_svc's Dispatch (Nrt-Frame: data | last | "
-            "end | error). Three transits: gateway -> router_svc -> worker -> gateway."
+            "end | error), after an Accepted frame naming the worker (Nrt-Frame: accepted). Three transits: "
+            "gateway -> router_svc -> worker -> gateway."
         ),
         transport="raw",
         queue="nrt-router",
@@ -111,6 +113,18 @@ CHANNELS: tuple[Channel, ...] = (
         ),
         transport="raw",
         queue=subjects.INFER_QUEUE,
+    ),
+    Channel(
+        address=subjects.CANCEL,
+        payload=Cancel,
+        reply=None,
+        publishers=("api_gateway",),
+        subscribers=("specialist_worker", "router_svc"),
+        summary=(
+            "Stop generating a request: its client has gone. Every worker hears it; the one answering the request "
+            "drops it from its batch before the next decode step."
+        ),
+        transport="raw",
     ),
     Channel(
         address="nrt.control.{worker_id}",

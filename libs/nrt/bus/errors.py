@@ -9,21 +9,22 @@ class ErrorFrame(msgspec.Struct, frozen=True, kw_only=True):
     code: str  # stable and machine-readable, e.g. "context_window_exceeded"
     message: str  # for a person: what went wrong and what would be valid
     status: int = 500  # the HTTP status a gateway should answer with
+    retry_after: float | None = None  # seconds after which the same request may succeed (a transient failure)
 
 
 class RemoteError(Exception):
     """A failure reported by (or about) the other side of a NATS call."""
 
-    def __init__(self, code: str, message: str, status: int = 500) -> None:
-        self.code, self.message, self.status = code, message, status
+    def __init__(self, code: str, message: str, status: int = 500, retry_after: float | None = None) -> None:
+        self.code, self.message, self.status, self.retry_after = code, message, status, retry_after
         super().__init__(f"{code}: {message}")
 
     def frame(self) -> ErrorFrame:
-        return ErrorFrame(code=self.code, message=self.message, status=self.status)
+        return ErrorFrame(code=self.code, message=self.message, status=self.status, retry_after=self.retry_after)
 
     @classmethod
     def from_frame(cls, frame: ErrorFrame) -> RemoteError:
-        return cls(frame.code, frame.message, frame.status)
+        return cls(frame.code, frame.message, frame.status, frame.retry_after)
 
 
 class BadRequest(RemoteError):
@@ -32,8 +33,18 @@ class BadRequest(RemoteError):
 
 
 class Unavailable(RemoteError):
-    def __init__(self, message: str, code: str = "unavailable") -> None:
-        super().__init__(code, message, 503)
+    def __init__(self, message: str, code: str = "unavailable", retry_after: float | None = None) -> None:
+        super().__init__(code, message, 503, retry_after)
+
+
+OVERLOADED_RETRY_AFTER_S = 1.0
+
+
+class Overloaded(RemoteError):
+    """A bounded queue is full: try again shortly (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after: float = OVERLOADED_RETRY_AFTER_S) -> None:
+        super().__init__("overloaded", message, 429, retry_after)
 
 
 class DeadlineExceeded(RemoteError):

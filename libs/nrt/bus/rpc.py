@@ -5,8 +5,9 @@ control plane's transport, ``nrt.bus.broker``): ``bench.gateway`` measures FastS
 several times raw nats-py's latency on exactly these subjects. Both speak the same frames.
 
 Every reply carries an ``Nrt-Frame`` header: ``data`` (a payload), ``last`` (a payload
-that completes the stream), ``end`` (a stream is complete, no payload) or ``error`` (an
-ErrorFrame). A sender that knows which chunk is its last (a one-chunk answer, a
+that completes the stream), ``end`` (a stream is complete, no payload), ``error`` (an
+ErrorFrame) or ``accepted`` (a worker has taken the request: an ``Accepted``, which a reader
+that only wants the answer skips). A sender that knows which chunk is its last (a one-chunk answer, a
 generation's finishing token) marks it ``last``: one message fewer per answer. A handler
 that fails, or a request that does not decode, is answered with an error frame: the
 caller never waits out a timeout for it.
@@ -30,8 +31,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from nrt.bus import tracing
-from nrt.bus.broker import DATA, END, ERROR, FRAME, LAST, as_remote, decode_reply, raise_if_error
-from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
+from nrt.bus.broker import ACCEPTED, DATA, END, ERROR, FRAME, LAST, as_remote, decode_reply, raise_if_error
+from nrt.bus.errors import BadRequest, DeadlineExceeded, Overloaded, RemoteError, Unavailable
 
 log = logging.getLogger("nrt.bus")
 tracer = trace.get_tracer("nrt.bus")
@@ -111,12 +112,19 @@ async def _read_stream(
         except TimeoutError:
             which = "first reply" if timeout == first_timeout else "next chunk"
             raise DeadlineExceeded(f"no {which} from {subject} within {timeout:g}s") from None
+        if is_accepted(msg):
+            continue
         payload, last = frame_payload(msg, subject)
         if payload is not None:
             yield _decode(msg, chunk_type, subject)
         if last:
             return
         timeout = idle_timeout
+
+
+def is_accepted(msg: Msg) -> bool:
+    """Whether ``msg`` is an ``accepted`` frame (its payload is an ``Accepted``)."""
+    return _frame_kind(msg) == ACCEPTED
 
 
 def frame_payload(msg: Msg, subject: str) -> tuple[bytes | None, bool]:
@@ -143,6 +151,10 @@ class StreamInbox:
         """Send one chunk; ``last=True`` completes the stream with it."""
         self.ended = self.ended or last
         await self.nc.publish(self.inbox, encode(chunk), headers={FRAME: LAST if last else DATA})
+
+    async def accept(self, accepted: msgspec.Struct) -> None:
+        """Tell the caller who took its request (before any chunk)."""
+        await self.nc.publish(self.inbox, encode(accepted), headers={FRAME: ACCEPTED})
 
     async def end(self) -> None:
         self.ended = True
@@ -174,9 +186,13 @@ async def serve_stream(
     request_type: type[Req],
     handler: Callable[[Req, StreamInbox], Awaitable[None]],
     queue: str = "",
+    limit: int | None = None,
 ) -> Subscription:
     """Run ``handler`` for each request, streaming to its reply subject; end the stream unless the
-    handler sent its last chunk as such, or fail it for the handler."""
+    handler sent its last chunk as such, or fail it for the handler.
+
+    ``limit`` bounds the requests this subscription runs at once (each is one task, queued or
+    running): one more is answered at once with an ``overloaded`` error frame, and no task."""
 
     async def run(msg: Msg) -> None:
         inbox = StreamInbox(nc, msg.reply)
@@ -197,6 +213,11 @@ async def serve_stream(
     async def on_message(msg: Msg) -> None:
         if not msg.reply:
             log.warning("dropping a request on %s without a reply subject", subject)
+            return
+        if limit is not None and len(tasks) >= limit:
+            await StreamInbox(nc, msg.reply).fail(
+                Overloaded(f"{subject} already has {len(tasks)} requests queued or running (the limit is {limit})")
+            )
             return
         task = asyncio.create_task(run(msg))  # streams run concurrently
         tasks.add(task)

@@ -8,6 +8,7 @@ ROUTE = f"{PREFIX}.route"  # gateway -> router_svc: a routed chat request (reply
 STATE = f"{PREFIX}.state.get"  # -> cluster_state: the folded ClusterState
 MANIFEST_APPLY = f"{PREFIX}.manifest.apply"  # -> cluster_state: start a drained manifest swap
 PROMOTE = f"{PREFIX}.models.promote"  # -> cluster_state: make a model resident within the budget (or 503 why not)
+CANCEL = f"{PREFIX}.requests.cancel"  # gateway -> every worker: stop generating a request (its client has gone)
 WORKER_HEARTBEAT = f"{PREFIX}.workers.heartbeat"  # worker -> cluster_state, every few seconds
 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 import weakref
@@ -40,6 +41,8 @@ from nrt.inference.generation import Generation, start_generation
 from nrt.inference.kv import BatchKV, RowKV, SessionKV, common_prefix
 from nrt.inference.sessions import SessionStore, SessionUsage
 from nrt.inference.structs import Chunk, GenerationRequest
+
+log = logging.getLogger("nrt.inference")
 
 _PREFILL_LOGITS_BYTES = 64 * 1024 * 1024  # bound on one prefill chunk's [1, T, vocab] logits
 
@@ -128,6 +131,18 @@ class _Outbox:
         self.items = {}
 
 
+def _dropped(gen: Generation) -> None:
+    """Say that a generation whose consumer left is out of the batch, and how many tokens it ran on for."""
+    if gen.generated_at_cancel is None:  # failed by the scheduler itself, not left by its consumer
+        return
+    log.info(
+        "request %s stopped after %d tokens, %d after its consumer left",
+        gen.request.request_id or "(unnamed)",
+        gen.generated,
+        gen.generated - gen.generated_at_cancel,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BatcherStats:
     active: int  # rows decoding
@@ -193,6 +208,7 @@ class BatchingGenerator:
                     return
         finally:
             if not gen.finished:
+                gen.generated_at_cancel = gen.generated
                 gen.cancelled = True  # the consumer left early: the scheduler drops the row
                 with self._cond:
                     self._cond.notify()
@@ -290,6 +306,7 @@ class BatchingGenerator:
             ticket = self._prefilling[0]
             if ticket.gen.cancelled:
                 self._prefilling.popleft()
+                _dropped(ticket.gen)
                 continue
             try:
                 used, row = self._prefill_chunk(ticket, outbox)
@@ -308,6 +325,8 @@ class BatchingGenerator:
         if first_tokens:
             outbox.send()  # first tokens go out before the next decode step
         leaving = [i for i, t in enumerate(self._rows) if t.gen.cancelled]
+        for i in leaving:
+            _dropped(self._rows[i].gen)
         if leaving or joined:
             self._regroup(leaving, joined)
         if self._rows:

@@ -37,6 +37,7 @@ class Generation:
     prefilled_tokens: int = 0
     batch_size_max: int = 1
     cancelled: bool = False
+    generated_at_cancel: int | None = None  # tokens generated when its consumer left early
     t_submit: float = field(default_factory=time.perf_counter)
     t_prefill_start: float = 0.0
     t_prefill_end: float = 0.0

@@ -25,7 +25,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class Tuning(msgspec.Struct, frozen=True, kw_only=True):
     """Timing knobs of the controller (not of the manifest)."""
 
-    heartbeat_s: float = 2.0  # the workers' heartbeat interval (NRT_HEARTBEAT_S)
+    heartbeat_s: float = 2.0  # the workers' heartbeat interval (services take NRT_HEARTBEAT_S, 0.5 s by default)
     missed_beats: int = 3  # a worker silent for this many intervals is lost
     settle_s: float = 10.0  # how long a command's effect may take to appear in the log after its reply
     retry_s: float = 15.0  # back-off before a failed command for the same model is tried again (the first time)

@@ -1,0 +1,81 @@
+"""The pure rules of failing fast: the inter-token deadline, the recent decode speed, Retry-After,
+and which in-flight requests a lost worker ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
+from api_gateway.errors import ApiError, retry_after_header
+from api_gateway.exchange import WORKER_LOST, Inboxes
+from api_gateway.settings import GatewaySettings
+from nrt.bus.errors import Overloaded, RemoteError
+from specialist_worker.hosting import recent_speed
+
+SETTINGS = GatewaySettings(
+    idle_timeout=60.0, token_timeout_factor=50.0, token_timeout_floor=5.0, first_token_timeout=30.0
+)
+
+
+@pytest.mark.parametrize(
+    ("tokens_per_s", "expected"),
+    [
+        (None, 60.0),  # not measured yet: the idle timeout
+        (0.0, 60.0),
+        (1000.0, 5.0),  # a fast model: the floor
+        (5.0, 10.0),  # 50 token times
+        (0.5, 60.0),  # a very slow one: never more than the idle timeout
+    ],
+)
+def test_the_inter_token_deadline_follows_the_measured_speed_within_bounds(
+    tokens_per_s: float | None, expected: float
+) -> None:
+    assert inter_token_timeout(tokens_per_s, SETTINGS) == pytest.approx(expected)
+
+
+def test_each_wait_has_its_own_allowance() -> None:
+    assert next_frame_timeout(SETTINGS, accepted=False, chunks=0, tokens_per_s=None) == (30.0, "first reply")
+    assert next_frame_timeout(SETTINGS, accepted=True, chunks=0, tokens_per_s=100.0) == (30.0, "first token")
+    assert next_frame_timeout(SETTINGS, accepted=True, chunks=3, tokens_per_s=5.0) == (10.0, "next token")
+
+
+def test_the_recent_speed_is_a_moving_average() -> None:
+    assert recent_speed(None, 100.0) == 100.0
+    assert recent_speed(100.0, 200.0) == pytest.approx(130.0)
+
+
+def test_retry_after_is_whole_seconds_and_reaches_the_http_answer() -> None:
+    assert retry_after_header(0.2) == "1"
+    assert retry_after_header(2.5) == "3"
+    error = ApiError.from_remote(Overloaded("the queue is full"))
+    assert (error.status, error.code, error.headers["Retry-After"]) == (429, "overloaded", "1")
+    assert "Retry-After" not in ApiError.from_remote(RemoteError("bad", "no", 400)).headers
+
+
+class _NoNats:
+    def new_inbox(self) -> str:
+        return "_INBOX.test"
+
+
+async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before() -> None:
+    inboxes = Inboxes(_NoNats())  # type: ignore[arg-type]
+    on_lost, queue_lost = inboxes.open()
+    on_other, queue_other = inboxes.open()
+    untaken, queue_untaken = inboxes.open()
+    inboxes.taken(on_lost, "w1")
+    inboxes.taken(on_other, "w2")
+    await asyncio.sleep(0.3)  # older than the grace for a request no worker took yet
+    fresh, queue_fresh = inboxes.open()
+    assert inboxes.worker_lost("w1", "heartbeat_timeout") == 2
+    for queue in (queue_lost, queue_untaken):
+        error = queue.get_nowait()
+        assert isinstance(error, RemoteError)
+        assert (error.code, error.status, error.retry_after) == (WORKER_LOST, 503, 2.0)
+        assert "w1" in error.message
+    assert queue_other.empty()
+    assert queue_fresh.empty()
+    inboxes.close(on_lost)
+    assert inboxes.worker_lost("w1", "heartbeat_timeout") == 1  # the untaken one, again (it is still open)
+    del untaken, fresh
