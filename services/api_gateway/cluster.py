@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
-from typing import Any
 
 from litestar import Response, get, put
-from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
-from litestar.handlers import BaseRouteHandler
 from litestar.params import RawBody
+from msgspec.structs import replace
 
+from api_gateway.auth import admin_key, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.runtime import Runtime
@@ -27,7 +25,11 @@ from nrt.state import ClusterState
 log = logging.getLogger("api_gateway")
 
 
-@get("/v1/models", summary="Every model of the manifest in force, with its declared tier and where it is loaded")
+@get(
+    "/v1/models",
+    guards=[infer_key],
+    summary="Every model of the manifest in force, with its declared tier and where it is loaded",
+)
 async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
     bus = runtime.require()
     manifest = bus.gate.manifest()
@@ -86,12 +88,14 @@ STATE_TIMEOUT = 2.0
 
 @get(
     "/v1/cluster",
+    guards=[infer_key],
     summary="The folded cluster state, as cluster_state recorded it",
     description=(
         "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
         "When cluster_state does not answer, the gateway's own fold of the control-plane events "
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
-        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`)."
+        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). API keys are listed by `GET /v1/keys` (admin), "
+        "not here."
     ),
 )
 async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
@@ -100,11 +104,11 @@ async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterSt
         state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
     except RemoteError as exc:
         log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
-        return Response(bus.follower.state, headers={STATE_SOURCE_HEADER: "gateway"})
-    return Response(state, headers={STATE_SOURCE_HEADER: "cluster_state"})
+        return Response(replace(bus.follower.state, api_keys={}), headers={STATE_SOURCE_HEADER: "gateway"})
+    return Response(replace(state, api_keys={}), headers={STATE_SOURCE_HEADER: "cluster_state"})
 
 
-@get("/v1/manifest", summary="The manifest in force: version and text")
+@get("/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text")
 async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     state = runtime.require().follower.state
     if state.manifest_text is None:
@@ -114,17 +118,11 @@ async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     )
 
 
-def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: ``Authorization: Bearer <NRT_ADMIN_KEY>``, checked before the body is read."""
-    runtime: Runtime = connection.app.state.runtime
-    _authorize(connection.headers.get("authorization"), runtime.settings.admin_key)
-
-
 @put(
     "/v1/manifest",
-    guards=[admin_only],
+    guards=[admin_key],
     summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
-    description="The body is the manifest text (YAML). Needs `Authorization: Bearer $NRT_ADMIN_KEY`.",
+    description="The body is the manifest text (YAML). Needs an admin key (`Authorization: Bearer $NRT_ADMIN_KEY`).",
 )
 async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
     try:
@@ -150,20 +148,3 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
         )
     except RemoteError as exc:
         raise ApiError.from_remote(exc) from None
-
-
-def _authorize(header: str | None, admin_key: str | None) -> None:
-    if admin_key is None:
-        raise ApiError(
-            403, "manifest updates are disabled: start the gateway with NRT_ADMIN_KEY set", code="admin_disabled"
-        )
-    scheme, _, token = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError(
-            401,
-            "send the admin key as 'Authorization: Bearer <NRT_ADMIN_KEY>'",
-            code="unauthorized",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not hmac.compare_digest(token.strip().encode(), admin_key.encode()):
-        raise ApiError(401, "the admin key is not valid", code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
