@@ -22,7 +22,7 @@ from nrt.vocabulary import KeyScope
 if TYPE_CHECKING:
     from api_gateway.runtime import Runtime
 
-CHALLENGE = {"WWW-Authenticate": 'Bearer realm="nrt"'}
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 def presented_key(headers: Headers) -> str | None:
