@@ -73,6 +73,15 @@ def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> None:
         )
 
 
+def is_admin(runtime: Runtime, headers: Headers) -> bool:
+    """Whether a request with ``headers`` carries a live admin key (every request is, with NRT_AUTH=off)."""
+    if not runtime.settings.auth:
+        return True
+    token, bus = presented_key(headers), runtime.bus
+    key = find_key(bus.follower.state.api_keys, token) if token is not None and bus is not None else None
+    return key is not None and key.scope == KeyScope.ADMIN
+
+
 def _runtime(connection: ASGIConnection[Any, Any, Any, Any]) -> Runtime:
     runtime: Runtime = connection.app.state.runtime
     return runtime

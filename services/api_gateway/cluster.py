@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from litestar import Response, get, put
+from litestar import Request, Response, get, put
 from litestar.di import NamedDependency
 from litestar.params import RawBody
 from msgspec.structs import replace
 
-from api_gateway.auth import admin_key, infer_key
+from api_gateway.auth import admin_key, infer_key, is_admin
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.runtime import Runtime
@@ -94,18 +95,21 @@ STATE_TIMEOUT = 2.0
         "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
         "When cluster_state does not answer, the gateway's own fold of the control-plane events "
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
-        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). API keys are listed by `GET /v1/keys` (admin), "
-        "not here."
+        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). `api_keys` (hashes and usage) is "
+        "empty unless the caller's key is an admin key."
     ),
 )
-async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
+async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any, Any, Any]) -> Response[ClusterState]:
     bus = runtime.require()
     try:
         state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
+        source = "cluster_state"
     except RemoteError as exc:
         log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
-        return Response(replace(bus.follower.state, api_keys={}), headers={STATE_SOURCE_HEADER: "gateway"})
-    return Response(replace(state, api_keys={}), headers={STATE_SOURCE_HEADER: "cluster_state"})
+        state, source = bus.follower.state, "gateway"
+    if not is_admin(runtime, request.headers):  # the keys' hashes and usage are for admins
+        state = replace(state, api_keys={})
+    return Response(state, headers={STATE_SOURCE_HEADER: source})
 
 
 @get("/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text")

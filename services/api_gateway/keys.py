@@ -104,7 +104,9 @@ async def list_keys(runtime: NamedDependency[Runtime]) -> KeyList:
     status_code=200,
     summary="Revoke an API key (admin): refused from the next request on",
 )
-async def revoke_key(key_id: FromPath[str], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]) -> KeyInfo:
+async def revoke_key(
+    key_id: FromPath[str], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+) -> KeyInfo:
     bus = runtime.require()
     asked = RevokeKey(key_id=key_id, revoked_by=caller_key_id(request.headers))
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pydantic import SecretStr
 from click.testing import CliRunner
+from pydantic import SecretStr
 
 from api_gateway.settings import GatewaySettings
 from cluster_state.settings import ClusterStateSettings

@@ -17,9 +17,11 @@ import httpx
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.infra import nats_server, postgres_server
+from nrt.keys import InvalidKey
 from nrt.manifest import Manifest, ManifestError, load_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.stack import endpoints
+from nrt.stack import keys as stack_keys
 from nrt.stack.supervisor import Supervisor
 from nrt.store import upgrade
 
@@ -47,6 +49,22 @@ def _prepare_models(manifest: Manifest) -> None:
 def database_server(data_dir: Path) -> contextlib.AbstractContextManager[str]:
     """NRT_DATABASE_URL exactly as given, else an embedded PostgreSQL in ``data_dir`` with a database ``nrt``."""
     return postgres_server(data_dir / "postgres", env_var="NRT_DATABASE_URL", database="nrt", use_docker=False)
+
+
+def _api_keys(data_dir: Path) -> stack_keys.StackKeys:
+    """The stack's API keys (NRT_API_KEY / NRT_ADMIN_KEY, else its keys file, else new ones), said once made."""
+    try:
+        keys, made = stack_keys.ensure(data_dir, os.environ)
+    except InvalidKey as exc:
+        raise click.ClickException(str(exc)) from None
+    shown = {"infer": ("NRT_API_KEY", keys.api_key), "admin": ("NRT_ADMIN_KEY", keys.admin_key)}
+    for scope in made:
+        variable, key = shown[scope]
+        _say(f"created the {scope} API key ({variable}): {key}")
+    _say(f"API keys in {data_dir / stack_keys.KEYS_FILE} (mode 0600); `nrt chat`, `nrt status`, `nrt keys` use them")
+    if os.environ.get("NRT_AUTH", "").lower() in ("off", "0", "false", "no"):
+        _say("WARNING: NRT_AUTH=off: the gateway checks no API key; for local experiments only")
+    return keys
 
 
 async def _wait_ready(url: str, supervisor: Supervisor, within: float) -> None:
@@ -89,6 +107,8 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
             "NRT_GATEWAY_HOST": host,
             "NRT_GATEWAY_PORT": str(port),
         }
+        keys = _api_keys(data_dir)
+        env.update(keys.env())
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
             for service in SERVICES:
@@ -108,6 +128,7 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
                 click.echo(f"\nNRT is up: {gateway_url}  (Ctrl-C to stop)\n")
                 click.echo(
                     f"curl -N {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+                    f"  -H 'Authorization: Bearer {keys.api_key}' \\\n"
                     '  -d \'{"model": "router", "stream": true, '
                     '"messages": [{"role": "user", "content": "I was charged twice this month"}]}\'\n'
                 )
