@@ -5,9 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import pytest
-
-from nrt.keys import InvalidKey
+from nrt.keys import weak
 from nrt.stack import keys as stack_keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +32,11 @@ def test_the_variables_win_and_are_written_for_the_client_commands(tmp_path: Pat
     assert keys.env() == {"NRT_API_KEY": "infer-key-from-the-env", "NRT_ADMIN_KEY": "admin-key-from-the-env"}
 
 
-def test_a_short_key_is_refused_naming_its_variable(tmp_path: Path) -> None:
-    with pytest.raises(InvalidKey, match="NRT_ADMIN_KEY must be at least 16 characters"):
-        stack_keys.ensure(tmp_path, {"NRT_ADMIN_KEY": "short"})
+def test_a_short_key_is_taken_and_flagged_weak(tmp_path: Path) -> None:
+    keys, made = stack_keys.ensure(tmp_path, {"NRT_ADMIN_KEY": "short"})
+    assert (keys.admin_key, made) == ("short", ["infer"])
+    assert weak(keys.admin_key)
+    assert not weak(keys.api_key)
 
 
 def test_no_keys_file_reads_as_none(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import httpx
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.infra import nats_server, postgres_server
-from nrt.keys import InvalidKey
+from nrt.keys import MIN_KEY_LENGTH, weak
 from nrt.manifest import Manifest, ManifestError, load_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.stack import endpoints
@@ -53,14 +53,13 @@ def database_server(data_dir: Path) -> contextlib.AbstractContextManager[str]:
 
 def _api_keys(data_dir: Path) -> stack_keys.StackKeys:
     """The stack's API keys (NRT_API_KEY / NRT_ADMIN_KEY, else its keys file, else new ones), said once made."""
-    try:
-        keys, made = stack_keys.ensure(data_dir, os.environ)
-    except InvalidKey as exc:
-        raise click.ClickException(str(exc)) from None
+    keys, made = stack_keys.ensure(data_dir, os.environ)
     shown = {"infer": ("NRT_API_KEY", keys.api_key), "admin": ("NRT_ADMIN_KEY", keys.admin_key)}
-    for scope in made:
-        variable, key = shown[scope]
-        _say(f"created the {scope} API key ({variable}): {key}")
+    for scope, (variable, key) in shown.items():
+        if scope in made:
+            _say(f"created the {scope} API key ({variable}): {key}")
+        elif weak(key):
+            _say(f"WARNING: {variable} is shorter than {MIN_KEY_LENGTH} characters: easy to guess")
     _say(f"API keys in {data_dir / stack_keys.KEYS_FILE} (mode 0600); `nrt chat`, `nrt status`, `nrt keys` use them")
     if os.environ.get("NRT_AUTH", "").lower() in ("off", "0", "false", "no"):
         _say("WARNING: NRT_AUTH=off: the gateway checks no API key; for local experiments only")

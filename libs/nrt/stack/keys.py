@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from nrt.keys import check_given, generate_key
+from nrt.keys import generate_key
 from nrt.stack.endpoints import stack_dir
 
 KEYS_FILE = "keys.json"
@@ -55,15 +55,15 @@ def write(keys: StackKeys, directory: Path) -> Path:
 def ensure(directory: Path, env: Mapping[str, str]) -> tuple[StackKeys, list[str]]:
     """The keys a stack in ``directory`` runs with, written there, and the scopes of those newly made.
 
-    Each key: its variable in ``env`` when set (InvalidKey when too short), else the one
-    ``directory`` holds from a previous run, else a new one."""
+    Each key: its variable in ``env`` when set (stripped), else the one ``directory`` holds
+    from a previous run, else a new one."""
     previous = read(directory)
     made: list[str] = []
 
     def pick(variable: str, kept: str | None, scope: str) -> str:
-        given = env.get(variable)
+        given = (env.get(variable) or "").strip()
         if given:
-            return check_given(given, variable)
+            return given
         if kept:
             return kept
         made.append(scope)
