@@ -66,6 +66,7 @@ import psycopg
 from bench import bus_transport, gateway_floor
 from bench.common import fresh_database, postgres, report
 from bench.gateway_client import (
+    BENCH_API_KEY,
     JSON_HEADERS,
     Run,
     check_floor,
@@ -308,6 +309,7 @@ async def running(max_tokens: int, uvloop: bool, ort_threads: int = 1) -> AsyncI
                 "NRT_NATS_URL": nats_url,
                 "NRT_DATABASE_URL": database_url,
                 "NRT_MANIFEST": str(manifest),
+                "NRT_API_KEY": BENCH_API_KEY,  # the gateway checks every request's key, as deployed
                 "NRT_GATEWAY_HOST": "127.0.0.1",
                 "NRT_GATEWAY_PORT": str(gateway_port),
                 "NRT_LOG_LEVEL": "WARNING",

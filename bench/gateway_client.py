@@ -20,7 +20,8 @@ import numpy as np
 
 from api_gateway.openai_types import Breakdown, ChatCompletion, ChatCompletionChunk, NrtInfo
 
-JSON_HEADERS = {"Content-Type": "application/json"}
+BENCH_API_KEY = "nrt-bench-gateway-infer-key"  # the stack under test records it at start (NRT_API_KEY)
+JSON_HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {BENCH_API_KEY}"}
 REQUEST_TIMEOUT = 60.0
 
 _completion = msgspec.json.Decoder(ChatCompletion)

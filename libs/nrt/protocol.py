@@ -25,7 +25,7 @@ from typing import Literal
 
 import msgspec
 
-from nrt.vocabulary import ApplyOutcome, Reason, Tier, WorkerRole
+from nrt.vocabulary import ApplyOutcome, KeyScope, Reason, Tier, WorkerRole
 from nrt.vocabulary import FinishReason as FinishReason  # the engine's and the wire's one type
 
 # -- the pieces of a conversation and of an answer (the engine in nrt.inference uses them too) --
@@ -282,6 +282,29 @@ class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):
     drained_ms: float
     warmed: tuple[str, ...] = ()  # models loaded and warmed before the cut-over
     abandoned: int = 0  # in-flight requests still running when the drain timed out
+
+
+# -- gateway -> cluster_state: API keys -----------------------------------------------
+
+
+class CreateKey(msgspec.Struct, frozen=True, kw_only=True):
+    """Record a new API key (``nrt.keys.create``): its hash only; the gateway made the key and
+    shows it once. Answered with the recorded ``ApiKey`` once cluster_state has folded it."""
+
+    name: str
+    scope: KeyScope
+    key_sha256: str
+    rps: float | None = None
+    tokens_per_min: int | None = None
+    created_by: str | None = None  # the admin key's id
+
+
+class RevokeKey(msgspec.Struct, frozen=True, kw_only=True):
+    """Revoke an API key (``nrt.keys.revoke``); answered with the revoked ``ApiKey``
+    (404 ``key_not_found``; 409 ``last_admin_key`` for the last live admin key)."""
+
+    key_id: str
+    revoked_by: str | None = None
 
 
 # -- anyone -> cluster_state: the folded state, promotions within the budget --------------

@@ -66,6 +66,14 @@ class WorkerRole(StrEnum):
     SPECIALIST = "specialist"  # a specialist_worker: specialists and the fallback (and, before roles, everything)
 
 
+class KeyScope(StrEnum):
+    """What an API key may do: ``infer`` calls the ``/v1`` API; ``admin`` also changes the cluster
+    (the manifest, the keys) and may infer."""
+
+    INFER = "infer"
+    ADMIN = "admin"
+
+
 class DrainOutcome(StrEnum):
     """How the drain of a manifest swap ended (``DrainCompleted.outcome``)."""
 

@@ -2,7 +2,10 @@
 
 - ``POST /v1/chat/completions``: routed (``model`` = the entry model) or direct; JSON or SSE.
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
+- ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
+
+Every ``/v1`` route needs an API key (``api_gateway.auth``); health and the schemas are open.
 - The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people); the NATS message
   contract as AsyncAPI at ``/schema/asyncapi.json``.
 
@@ -11,6 +14,7 @@ Errors are in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,13 +28,21 @@ from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
 from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
+from api_gateway.keys import create_key, list_keys, revoke_key
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
+
+log = logging.getLogger("api_gateway")
 
 
 def create_app(settings: GatewaySettings | None = None) -> Litestar:
     settings = settings or GatewaySettings.from_env()
     runtime = Runtime(settings)
+    if not settings.auth:
+        log.warning(
+            "NRT_AUTH=off: AUTHENTICATION IS OFF. Anyone who reaches this gateway may chat, swap the manifest "
+            "and manage keys. Use it for local experiments only."
+        )
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -52,6 +64,9 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             cluster_state,
             get_manifest,
             put_manifest,
+            create_key,
+            list_keys,
+            revoke_key,
             asyncapi_document,
         ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},

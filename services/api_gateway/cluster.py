@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 from typing import Any
 
-from litestar import Response, get, put
-from litestar.connection import ASGIConnection
+from litestar import Request, Response, get, put
 from litestar.di import NamedDependency
-from litestar.handlers import BaseRouteHandler
 from litestar.params import RawBody
+from msgspec.structs import replace
 
+from api_gateway.auth import admin_key, infer_key, is_admin
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.runtime import Runtime
@@ -27,7 +26,11 @@ from nrt.state import ClusterState
 log = logging.getLogger("api_gateway")
 
 
-@get("/v1/models", summary="Every model of the manifest in force, with its declared tier and where it is loaded")
+@get(
+    "/v1/models",
+    guards=[infer_key],
+    summary="Every model of the manifest in force, with its declared tier and where it is loaded",
+)
 async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
     bus = runtime.require()
     manifest = bus.gate.manifest()
@@ -86,25 +89,30 @@ STATE_TIMEOUT = 2.0
 
 @get(
     "/v1/cluster",
+    guards=[infer_key],
     summary="The folded cluster state, as cluster_state recorded it",
     description=(
         "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
         "When cluster_state does not answer, the gateway's own fold of the control-plane events "
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
-        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`)."
+        f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). `api_keys` (hashes and usage) is "
+        "empty unless the caller's key is an admin key."
     ),
 )
-async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
+async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any, Any, Any]) -> Response[ClusterState]:
     bus = runtime.require()
     try:
         state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
+        source = "cluster_state"
     except RemoteError as exc:
         log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
-        return Response(bus.follower.state, headers={STATE_SOURCE_HEADER: "gateway"})
-    return Response(state, headers={STATE_SOURCE_HEADER: "cluster_state"})
+        state, source = bus.follower.state, "gateway"
+    if not is_admin(runtime, request.headers):  # the keys' hashes and usage are for admins
+        state = replace(state, api_keys={})
+    return Response(state, headers={STATE_SOURCE_HEADER: source})
 
 
-@get("/v1/manifest", summary="The manifest in force: version and text")
+@get("/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text")
 async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     state = runtime.require().follower.state
     if state.manifest_text is None:
@@ -114,17 +122,11 @@ async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     )
 
 
-def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: ``Authorization: Bearer <NRT_ADMIN_KEY>``, checked before the body is read."""
-    runtime: Runtime = connection.app.state.runtime
-    _authorize(connection.headers.get("authorization"), runtime.settings.admin_key)
-
-
 @put(
     "/v1/manifest",
-    guards=[admin_only],
+    guards=[admin_key],
     summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
-    description="The body is the manifest text (YAML). Needs `Authorization: Bearer $NRT_ADMIN_KEY`.",
+    description="The body is the manifest text (YAML). Needs an admin key (`Authorization: Bearer $NRT_ADMIN_KEY`).",
 )
 async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
     try:
@@ -150,20 +152,3 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
         )
     except RemoteError as exc:
         raise ApiError.from_remote(exc) from None
-
-
-def _authorize(header: str | None, admin_key: str | None) -> None:
-    if admin_key is None:
-        raise ApiError(
-            403, "manifest updates are disabled: start the gateway with NRT_ADMIN_KEY set", code="admin_disabled"
-        )
-    scheme, _, token = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError(
-            401,
-            "send the admin key as 'Authorization: Bearer <NRT_ADMIN_KEY>'",
-            code="unauthorized",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not hmac.compare_digest(token.strip().encode(), admin_key.encode()):
-        raise ApiError(401, "the admin key is not valid", code="unauthorized", headers={"WWW-Authenticate": "Bearer"})

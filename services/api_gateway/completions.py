@@ -27,6 +27,7 @@ from litestar.response import Stream
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from api_gateway.auth import caller_key_id, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
@@ -50,9 +51,16 @@ class Flight:
     """One admitted request: its transcript, its exchange, and the one event that ends it."""
 
     def __init__(
-        self, runtime: NamedDependency[Runtime], bus: Bus, call: ChatCall, transcript: Transcript, span: Span
+        self,
+        runtime: NamedDependency[Runtime],
+        bus: Bus,
+        call: ChatCall,
+        transcript: Transcript,
+        span: Span,
+        key_id: str | None,
     ) -> None:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
+        self.key_id = key_id  # the API key the usage is recorded for (None: authentication is off)
         self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
         self.route: RouteRequest | None = None
@@ -67,6 +75,7 @@ class Flight:
                 model_id=self.call.model,
                 session_id=self.call.session_id,
                 stream=self.call.stream,
+                key_id=self.key_id,
             )
         )
         route = RouteRequest(
@@ -119,6 +128,7 @@ class Flight:
         ended = time.perf_counter()
         usage = t.usage()
         self._end()
+        self.runtime.limiter.charge(self.key_id, usage.prompt_tokens + usage.completion_tokens)
         self.bus.emitter.emit(
             RequestCompleted(
                 request_id=t.request_id,
@@ -129,6 +139,7 @@ class Flight:
                 latency_ms=(ended - t.started) * 1000.0,
                 ttft_ms=(t.first_token_at - t.started) * 1000.0 if t.first_token_at is not None else None,
                 finish_reason=t.finish_reason(),
+                key_id=self.key_id,
             )
         )
 
@@ -145,6 +156,7 @@ class Flight:
                 message=error.message,
                 status=error.status,
                 model_id=t.final_model,
+                key_id=self.key_id,
             )
         )
 
@@ -169,6 +181,7 @@ class Flight:
 
 @post(
     "/v1/chat/completions",
+    guards=[infer_key],
     summary="Create a chat completion (routed through the entry model, or direct to a model id)",
     description=(
         "OpenAI-compatible. `model` is the manifest's entry model (the request is classified and "
@@ -209,7 +222,7 @@ async def chat_completions(
             created=created,
             started_wall=started_wall,
         )
-        flight = Flight(runtime, bus, call, transcript, span)
+        flight = Flight(runtime, bus, call, transcript, span, caller_key_id(request.headers))
         headers = {"X-NRT-Request-Id": request_id}
         try:
             await flight.start()

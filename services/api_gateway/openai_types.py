@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import datetime  # at run time: msgspec resolves the annotations
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -237,3 +238,48 @@ class Readiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]  # check -> "ok" or what is wrong
     instance: str | None = None  # the id its launcher gave this gateway (NRT_GATEWAY_INSTANCE), if any
+
+
+# -- API keys (admin) -------------------------------------------------------------------
+
+
+class KeyCreateRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/keys``: a new key's name, scope and limits (none: unlimited)."""
+
+    name: str
+    scope: Literal["infer", "admin"] = "infer"
+    rps: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    tokens_per_min: Annotated[int, msgspec.Meta(gt=0)] | None = None
+
+
+class KeyUsageInfo(msgspec.Struct, kw_only=True):
+    requests: int
+    completed: int
+    failed: int
+    prompt_tokens: int
+    completion_tokens: int
+    last_used_at: datetime | None
+
+
+class KeyInfo(msgspec.Struct, kw_only=True):
+    """A key as the log records it: never the key, nor its hash."""
+
+    key_id: str
+    name: str
+    scope: str
+    rps: float | None
+    tokens_per_min: int | None
+    created_at: datetime
+    created_by: str | None
+    revoked_at: datetime | None
+    usage: KeyUsageInfo | None = None  # from cluster_state's fold (absent when it did not answer)
+
+
+class KeyCreated(KeyInfo, kw_only=True):
+    """The answer to ``POST /v1/keys``: the key itself, shown this once."""
+
+    key: str
+
+
+class KeyList(msgspec.Struct, kw_only=True):
+    data: list[KeyInfo]

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
 from api_gateway.exchange import Inboxes
+from api_gateway.ratelimit import RateLimiter
 from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
 from nrt.bus.emitter import EventEmitter
@@ -54,6 +55,7 @@ def _end_on_loss(inboxes: Inboxes, event: AnyEvent) -> None:
 class Runtime:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
+        self.limiter = RateLimiter()  # per API key, in this gateway process
         self.bus: Bus | None = None
         self.connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -10,8 +10,11 @@ from nrt.settings import Settings
 class GatewaySettings(Settings):
     """What the gateway reads: the shared settings, where it listens, its limits and deadlines."""
 
-    admin_key: str | None = Field(
-        default=None, description="bearer token for `PUT /v1/manifest` (swaps are refused when unset)"
+    auth: bool = Field(
+        default=True,
+        validation_alias="NRT_AUTH",
+        description="`off`: no API key is needed (local experiments only; the gateway warns at start)",
+        json_schema_extra={"default_text": "`on`"},
     )
     host: str = Field(default="127.0.0.1", validation_alias="NRT_GATEWAY_HOST", description="where the gateway listens")
     port: int = Field(

@@ -36,5 +36,6 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         manifest_text=text,
         manifest_file=source,
         tuning=settings.tuning(),
+        keys=settings.keys(),
     )
     await service.run(ctx.stopping)

@@ -10,7 +10,8 @@ when it is not, it re-publishes from the log the events the current state is mad
 - the last ``ManifestApplied`` and any drain events after it (the manifest in force);
 - each live worker's last ``WorkerJoined``;
 - for each placement on a live worker, its last ``ModelPlaced`` and ``TierChanged``;
-- for each model still placed somewhere live, its last ``RouterCalibrated`` (the router's floor).
+- for each model still placed somewhere live, its last ``RouterCalibrated`` (the router's floor);
+- every ``ApiKeyCreated`` and ``ApiKeyRevoked`` (the keys the gateway checks).
 
 They go out in log order and as recorded, event ids included, so the recorder gets them
 back as events the log already holds and skips them: the log gains no row and its hash
@@ -26,6 +27,8 @@ from nats.js.errors import NotFoundError
 from nrt.bus import subjects
 from nrt.events import (
     CONTROL_PLANE,
+    ApiKeyCreated,
+    ApiKeyRevoked,
     DrainCompleted,
     DrainStarted,
     Event,
@@ -68,6 +71,7 @@ class StateInForce:
         self._placed: dict[tuple[str, str], RecordedEvent] = {}
         self._tiers: dict[tuple[str, str], RecordedEvent] = {}
         self._calibrated: dict[str, RecordedEvent] = {}
+        self._keys: list[RecordedEvent] = []
 
     def add(self, record: RecordedEvent) -> None:
         event = record.event
@@ -84,12 +88,14 @@ class StateInForce:
             self._tiers[(event.model_id, event.worker_id)] = record
         elif isinstance(event, RouterCalibrated):
             self._calibrated[event.model_id] = record
+        elif isinstance(event, ApiKeyCreated | ApiKeyRevoked):
+            self._keys.append(record)
 
     def events(self) -> list[Event]:
-        """The events that rebuild the manifest, the live workers, their placements and the routers'
-        calibrated floors, in log order."""
+        """The events that rebuild the manifest, the live workers, their placements, the routers'
+        calibrated floors and the API keys, in log order."""
         live = {worker_id for worker_id, worker in self.state.workers.items() if worker.alive}
-        chosen = [*self._manifest, *(self._joined[w] for w in live if w in self._joined)]
+        chosen = [*self._manifest, *self._keys, *(self._joined[w] for w in live if w in self._joined)]
         for model_id, model in self.state.models.items():
             for worker_id in model.placements:
                 if worker_id in live:

@@ -10,6 +10,8 @@ version 1. Then serve:
 - ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
 - ``nrt.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
+- ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.keys``); the
+  keys given at start (``NRT_API_KEY``, ``NRT_ADMIN_KEY``) are recorded before the manifest;
 - heartbeats on ``nrt.workers.heartbeat``; a tick for liveness and placement, a sweep
   for the session LRU.
 """
@@ -28,6 +30,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.subscriber.usecases import LogicSubscriber
 
 from cluster_state.controller import Controller, parse_in_force, utc_now
+from cluster_state.keys import bootstrap_keys, create_key, revoke_key
 from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
 from cluster_state.reseed import state_in_force, stream_holds_manifest
@@ -39,9 +42,10 @@ from nrt.events import ManifestApplied
 from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
 from nrt.policies import ControlState, Tuning
-from nrt.protocol import ApplyManifest, ApplyResult, PromoteModel, PromoteResult, StateQuery
-from nrt.state import ClusterState
+from nrt.protocol import ApplyManifest, ApplyResult, CreateKey, PromoteModel, PromoteResult, RevokeKey, StateQuery
+from nrt.state import ApiKey, ClusterState
 from nrt.store import EventStore, upgrade
+from nrt.vocabulary import KeyScope
 
 log = logging.getLogger("nrt.cluster_state")
 
@@ -63,6 +67,7 @@ class ClusterStateService:
         manifest_file: str = "the bootstrap manifest",
         tuning: Tuning | None = None,
         tick_s: float = 0.25,
+        keys: dict[KeyScope, str] | None = None,
     ) -> None:
         self.broker = broker
         nc = broker.connection
@@ -70,6 +75,7 @@ class ClusterStateService:
         self.manifest_text = manifest_text
         self.manifest_file = manifest_file
         self.tick_s = tick_s
+        self.keys = keys or {}  # the keys given at start, by scope (never logged)
         self.stopping = asyncio.Event()
         self.store = EventStore.connect(database_url)
         self.publisher = EventPublisher(nc)
@@ -101,12 +107,15 @@ class ClusterStateService:
         self._tasks.append(asyncio.create_task(self.recorder.run(self.stopping), name="cluster_state recorder"))
         await self.recorder.caught_up.wait()
         await self._reseed()
+        await bootstrap_keys(self.controller, self.keys)
         await self._bootstrap()
         self._subs += [
             await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
             await bus.serve(
                 self.broker, subjects.MANIFEST_APPLY, self.apply, title="cluster_state: manifest swap", max_workers=4
             ),
+            await bus.serve(self.broker, subjects.KEYS_CREATE, self.create_key, title="cluster_state: create a key"),
+            await bus.serve(self.broker, subjects.KEYS_REVOKE, self.revoke_key, title="cluster_state: revoke a key"),
             await bus.serve(
                 self.broker, subjects.PROMOTE, self.promote, title="cluster_state: promote", max_workers=16
             ),
@@ -232,6 +241,14 @@ class ClusterStateService:
     async def apply(self, request: ApplyManifest) -> ApplyResult:
         """Replace the manifest in force with a drained swap (validate, warm, drain, cut over)."""
         return await self.swapper.apply(request)
+
+    async def create_key(self, request: CreateKey) -> ApiKey:
+        """Record a new API key (its hash) and answer it once folded."""
+        return await create_key(self.controller, request)
+
+    async def revoke_key(self, request: RevokeKey) -> ApiKey:
+        """Revoke an API key and answer it once folded."""
+        return await revoke_key(self.controller, request)
 
     async def promote(self, request: PromoteModel) -> PromoteResult:
         """Make a model resident now, demoting the least recently used first if the budget needs it."""

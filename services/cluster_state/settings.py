@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from nrt.policies import Tuning
 from nrt.settings import HeartbeatSettings
+from nrt.vocabulary import KeyScope
 
 
 class ClusterStateSettings(HeartbeatSettings):
@@ -16,9 +17,26 @@ class ClusterStateSettings(HeartbeatSettings):
     manifest: Path | None = Field(
         default=None, description="the manifest cluster_state applies on its first start (`nrt up` sets it)"
     )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="an `infer` API key: cluster_state records its hash at start (`nrt up` sets it); "
+        "`nrt chat` / `nrt status` send it",
+        json_schema_extra={"default_text": "unset (`nrt up`: its keys file, else a new key)"},
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="an `admin` API key: cluster_state records its hash at start (`nrt up` sets it); "
+        "`nrt keys` sends it",
+        json_schema_extra={"default_text": "unset (`nrt up`: its keys file, else a new key)"},
+    )
     missed_heartbeats: int = Field(
         default=Tuning().missed_beats, ge=1, description="heartbeats a worker may miss before it is declared lost"
     )
+
+    def keys(self) -> dict[KeyScope, str]:
+        """The keys given at start, by scope."""
+        given = {KeyScope.INFER: self.api_key, KeyScope.ADMIN: self.admin_key}
+        return {scope: key.get_secret_value() for scope, key in given.items() if key is not None}
 
     def tuning(self) -> Tuning:
         """The policies' timing, as configured."""

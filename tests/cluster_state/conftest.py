@@ -15,7 +15,7 @@ from worker_helpers import ALL_PLACED, FAST, placed_as
 
 from cluster_state.service import ClusterStateService
 from nrt.policies import Tuning
-from nrt.vocabulary import WorkerRole
+from nrt.vocabulary import KeyScope, WorkerRole
 
 
 @pytest.fixture
@@ -24,9 +24,14 @@ async def start_cluster_state(broker: NatsBroker, database_url: str) -> AsyncIte
     started: list[ClusterStateService] = []
 
     async def start(
-        manifest_text: str | None = None, tuning: Tuning | None = None, tick_s: float = 0.2
+        manifest_text: str | None = None,
+        tuning: Tuning | None = None,
+        tick_s: float = 0.2,
+        keys: dict[KeyScope, str] | None = None,
     ) -> ClusterStateService:
-        service = ClusterStateService(broker, database_url, manifest_text=manifest_text, tuning=tuning, tick_s=tick_s)
+        service = ClusterStateService(
+            broker, database_url, manifest_text=manifest_text, tuning=tuning, tick_s=tick_s, keys=keys
+        )
         await asyncio.wait_for(service.start(), 30)
         started.append(service)
         return service

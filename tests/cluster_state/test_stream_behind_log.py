@@ -20,13 +20,16 @@ from state_services import StartService, until_head
 from nrt.bus import subjects
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
-from nrt.events import Event, RouterCalibrated, WorkerLost
+from nrt.events import ApiKeyRevoked, Event, RouterCalibrated, WorkerLost
+from nrt.keys import key_id_of, key_sha256
 from nrt.policies import Tuning
 from nrt.routing import serving_workers
 from nrt.state import ClusterState, fold
 from nrt.store import EventStore
 from nrt.testing.traffic import traffic
+from nrt.vocabulary import KeyScope
 
+KEYS = {KeyScope.INFER: "an-infer-key-for-the-log", KeyScope.ADMIN: "an-admin-key-for-the-log"}
 QUIET = Tuning(heartbeat_s=60.0)  # w1 of the traffic never heartbeats: keep it alive for the test's length
 
 
@@ -59,12 +62,13 @@ async def _followed(nc: Client, broker: NatsBroker) -> EventFollower:
 
 
 async def _history(nc: Client, store: EventStore, start_cluster_state: StartService) -> list[Event]:
-    """A log with a manifest in force, a live worker, its placements, the router's calibrated floor,
-    sessions and requests; then a new stream."""
-    first = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET)
+    """A log with a manifest in force, API keys (one revoked), a live worker, its placements, the
+    router's calibrated floor, sessions and requests; then a new stream."""
+    first = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET, keys=KEYS)
     publisher = EventPublisher(nc)
     for event in list(traffic(60, seed=11))[1:]:
         await publisher.publish(event)
+    await publisher.publish(ApiKeyRevoked(key_id=key_id_of(key_sha256(KEYS[KeyScope.INFER]))))
     floor = RouterCalibrated(model_id="router", worker_id="w1", threshold=0.31, rule="centroid", examples=12)
     await publisher.publish(floor)
     await until_head(store, 61)
@@ -112,6 +116,9 @@ async def test_a_new_stream_gets_the_state_in_force_from_the_log_and_the_log_rec
     assert all(serving_workers(state, spec.id) == ("w1",) for spec in view.manifest.models)
     assert in_force.models["router"].calibrated is not None
     assert state.models["router"].calibrated == in_force.models["router"].calibrated  # /v1/models shows it
+    assert len(in_force.api_keys) == 2
+    assert state.api_keys == in_force.api_keys  # the gateway checks keys, revocations included
+    assert [k.live for k in state.api_keys.values()] == [False, True]
 
     # the re-published events are the logged ones: the recorder skips them by id
     await _recorded_to_the_end(nc, event_store)

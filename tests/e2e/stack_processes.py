@@ -14,6 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from nrt.stack import keys as stack_keys
 from nrt.stack.endpoints import Endpoints
 from nrt.testing.processes import alive, descendants
 
@@ -33,6 +34,16 @@ class Stack:
     @property
     def url(self) -> str:
         return self.endpoints.gateway_url
+
+    @property
+    def keys(self) -> stack_keys.StackKeys:
+        """The API keys `nrt up` runs the stack with (from the keys file it writes)."""
+        keys = stack_keys.read(self.data_dir)
+        assert keys is not None, f"nrt up wrote no keys file in {self.data_dir}"
+        return keys
+
+    def headers(self, admin: bool = False) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys.admin_key if admin else self.keys.api_key}"}
 
 
 def tiny_manifest(cluster: str) -> str:

@@ -30,7 +30,9 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(  # type
     manifest.write_text(TINY)
     tracing = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
     stack = start_stack(manifest, extra_env=tracing)
-    client = OpenAI(base_url=f"{stack.url}/v1", api_key="unused")
+    assert (stack.data_dir / "keys.json").stat().st_mode & 0o777 == 0o600
+    assert httpx.get(f"{stack.url}/v1/models", timeout=10).status_code == 401  # no key, no answer
+    client = OpenAI(base_url=f"{stack.url}/v1", api_key=stack.keys.api_key)
     stream = client.chat.completions.create(
         model="router",
         messages=[{"role": "user", "content": "I was charged twice this month"}],
@@ -73,7 +75,7 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(  # type
         assert tiers is not None
         assert tiers[0] >= 3
 
-    folded = httpx.get(f"{stack.url}/v1/cluster", timeout=10)
+    folded = httpx.get(f"{stack.url}/v1/cluster", timeout=10, headers=stack.headers())
     assert folded.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
     assert folded.json()["manifest_version"] == 1
     assert folded.json()["counters"]["requests_admitted"] >= 1
@@ -133,7 +135,7 @@ def _readme_curl() -> str:
 @pytest.mark.slow
 def test_the_readme_curl_example_gets_a_routed_answer_from_real_models(start_stack) -> None:  # type: ignore[no-untyped-def]
     stack = start_stack(ROOT / "manifests" / "customer-support.yaml")
-    command = _readme_curl().replace("http://127.0.0.1:8080", stack.url)
+    command = _readme_curl().replace("http://127.0.0.1:8080", stack.url).replace("$NRT_API_KEY", stack.keys.api_key)
     done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=300, check=True)
     frames = [line.removeprefix("data: ") for line in done.stdout.splitlines() if line.startswith("data: ")]
     assert frames[-1] == "[DONE]"

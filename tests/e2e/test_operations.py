@@ -29,19 +29,22 @@ from nrt.stack.endpoints import ENDPOINTS_FILE
 TINY = tiny_manifest("tiny-ops")
 
 
-def nrt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``nrt ARGS`` as a user runs it: no URL flag, no NRT_* URL in the environment (NRT_HOME only)."""
-    env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
+def nrt(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """``nrt ARGS`` as a user runs it: no URL flag, no key, no NRT_* URL in the environment (NRT_HOME only)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*STACK_ENV, "NRT_API_KEY", "NRT_ADMIN_KEY")}
     done = subprocess.run(
         [sys.executable, "-m", "nrt.cli.main", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, f"nrt {' '.join(args)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    if ok:
+        assert done.returncode == 0, (
+            f"nrt {' '.join(args)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
     return done
 
 
 def routed(stack: Stack, message: str, session: str | None = None) -> tuple[str, str]:
     """One routed, streamed request: (request id, target the router chose)."""
-    client = OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0)
+    client = OpenAI(base_url=f"{stack.url}/v1", api_key=stack.keys.api_key, max_retries=0)
     stream = client.chat.completions.create(
         model="router",
         messages=[{"role": "user", "content": message}],
@@ -79,7 +82,8 @@ def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
 
 
 def live_state(stack: Stack) -> dict[str, Any]:
-    response = httpx.get(f"{stack.url}/v1/cluster", timeout=10)
+    """The whole folded state: with the admin key, its API keys (hashes and usage) too."""
+    response = httpx.get(f"{stack.url}/v1/cluster", timeout=10, headers=stack.headers(admin=True))
     assert response.status_code == 200
     assert response.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
     state: dict[str, Any] = response.json()
@@ -189,6 +193,26 @@ def test_a_stack_in_nrt_home_is_found_replayed_restarted_and_stopped_with_ctrl_c
     tail = nrt("events", "tail", "--type", "RequestCompleted", "-n", "1", "--count", "1", "--json", cwd=elsewhere)
     assert json.loads(tail.stdout)["position"] == max(json.loads(line)["position"] for line in completed)
 
+    # -- API keys from the command line, with the stack's admin key found by itself
+    made = nrt("keys", "create", "--name", "ci", "--rps", "5", cwd=elsewhere)
+    key = made.stdout.strip()
+    assert key.startswith("nrt-"), made.stdout
+    key_id = re.search(r"^created (\w+) \(ci, infer, 5 rps\)", made.stderr, re.MULTILINE)
+    assert key_id, made.stderr
+    chatted = nrt("chat", "hello", "--max-tokens", "2", "--api-key", key, cwd=elsewhere)
+    assert chatted.stdout.strip()
+    listed_keys = nrt("keys", "list", cwd=elsewhere).stdout
+    assert re.search(rf"^{key_id.group(1)}\s+ci\s+infer\s+live\s", listed_keys, re.MULTILINE), listed_keys
+    assert key not in listed_keys
+    as_listed = {k["key_id"]: k for k in json.loads(nrt("keys", "list", "--json", cwd=elsewhere).stdout)}
+    assert {k["scope"] for k in as_listed.values()} == {"infer", "admin"}
+    assert nrt("keys", "revoke", key_id.group(1), cwd=elsewhere).stdout.startswith(f"revoked {key_id.group(1)}")
+    refused = nrt("chat", "hello", "--api-key", key, cwd=elsewhere, ok=False)
+    assert refused.returncode != 0
+    assert "401" in refused.stderr, refused.stderr
+    as_infer = nrt("keys", "list", "--admin-key", stack.keys.api_key, cwd=elsewhere, ok=False)
+    assert "403" in as_infer.stderr, as_infer.stderr
+
     # -- a service killed with SIGKILL is restarted and reported
     before = services(stack)
     assert set(before) == set(SERVICES), before
@@ -217,8 +241,8 @@ def test_a_stack_in_nrt_home_is_found_replayed_restarted_and_stopped_with_ctrl_c
     assert services(stack) == {**before, "router_svc": restarted}  # the others were left alone
     assert stack.log.read_text().count(" exited with ") == 1
     # the new router_svc's events are recorded like the old one's: the replay still equals the live state
-    state = eventually(lambda: replay_equals_live(5), 60, "the replay equal to the live state after the restart")
-    assert state["counters"]["router_fired"] == 5
+    state = eventually(lambda: replay_equals_live(6), 60, "the replay equal to the live state after the restart")
+    assert state["counters"]["router_fired"] == 6  # four, the chat with the new key, one after the restart
     assert state["counters"]["requests_failed"] == 0
 
     # -- Ctrl-C: SIGINT to the foreground process group, as a terminal sends it

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from nrt.stack import keys as stack_keys
 from nrt.stack.endpoints import Endpoints, stack_dir
 from nrt.store import EventStore
 
@@ -60,10 +61,20 @@ class FaultStack:
     def data_dir(self) -> Path:
         return stack_dir()
 
+    def _key(self, admin: bool) -> str:
+        keys = stack_keys.read(self.data_dir)
+        assert keys is not None, f"nrt up wrote no keys file in {self.data_dir}"
+        return keys.admin_key if admin else keys.api_key
+
     @property
     def headers(self) -> dict[str, str]:
-        """What a client of this stack sends with each request."""
-        return {}
+        """What a client of this stack sends with each request: its infer key."""
+        return {"Authorization": f"Bearer {self._key(admin=False)}"}
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """An operator's: the admin key (which sees the whole state, API keys included)."""
+        return {"Authorization": f"Bearer {self._key(admin=True)}"}
 
     @property
     def env(self) -> dict[str, str]:

@@ -40,7 +40,12 @@ async def test_cluster_state_killed_under_load_loses_no_request_and_no_event(fau
     assert len(after_kill) >= 8
     assert failed == [], f"{len(failed)} of {len(outcomes)} requests failed: {failed[:5]}"
     log = await asyncio.to_thread(
-        check_log, outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.headers, fault_stack.env
+        check_log,
+        outcomes,
+        fault_stack.endpoints.database_url,
+        fault_stack.url,
+        fault_stack.admin_headers,
+        fault_stack.env,
     )
     report(
         "cluster_state-sigkill",

@@ -60,11 +60,16 @@ async def test_nats_killed_under_traffic_comes_back_and_the_stack_serves_within_
     assert pid_file.read_text().strip() != str(nats_pid)
 
     log = await asyncio.to_thread(
-        check_log, outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.headers, fault_stack.env
+        check_log,
+        outcomes,
+        fault_stack.endpoints.database_url,
+        fault_stack.url,
+        fault_stack.admin_headers,
+        fault_stack.env,
     )
 
     # the cluster converged and nothing repeats: no placement loop
-    models = (await asyncio.to_thread(live_state, fault_stack.url, fault_stack.headers))["models"]
+    models = (await asyncio.to_thread(live_state, fault_stack.url, fault_stack.admin_headers))["models"]
     assert all(m["placements"] for m in models.values()), models
     placed_after = placements(fault_stack)
     await asyncio.sleep(12)  # longer than a pending command's settle time (10 s)

@@ -47,7 +47,12 @@ async def test_postgres_frozen_for_30s_loses_no_request_and_no_event(fault_stack
     assert len(during) >= 8, f"only {len(during)} requests were sent while PostgreSQL was frozen"
     assert failed == [], f"{len(failed)} of {len(outcomes)} requests failed: {failed[:5]}"
     log = await asyncio.to_thread(
-        check_log, outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.headers, fault_stack.env
+        check_log,
+        outcomes,
+        fault_stack.endpoints.database_url,
+        fault_stack.url,
+        fault_stack.admin_headers,
+        fault_stack.env,
     )
     latencies = sorted(o.took_s for o in during)
     report(

@@ -92,7 +92,9 @@ def test_a_killed_worker_fails_its_streams_fast_and_the_stack_recovers(fault_sta
         outcomes.append(again)
         serving_again = time.monotonic() - killed_at
 
-    log = check_log(outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.headers, fault_stack.env)
+    log = check_log(
+        outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.admin_headers, fault_stack.env
+    )
     report(
         "worker-sigkill",
         {

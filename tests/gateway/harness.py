@@ -10,6 +10,10 @@ the models itself: the entry model on router_svc (``ROUTER_HOST``), the others o
 given a database, cluster_state runs too and does both, as in a deployment: it bootstraps
 the manifest, places the models on the heartbeating workers and serves
 ``nrt.manifest.apply`` (``PUT /v1/manifest``).
+
+Its API keys are recorded the way cluster_state records the keys given at start
+(``nrt.keys.bootstrap_event``): by the harness without a database, by cluster_state with one.
+``Stack.client()`` and ``Stack.http()`` send the infer key ``API_KEY``; ``ADMIN_KEY`` is the admin key.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from nrt.bus.connection import connect
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
 from nrt.infra import free_port
+from nrt.keys import bootstrap_event
 from nrt.manifest import Manifest, parse_manifest
 from nrt.policies import Tuning
 from nrt.service import ServiceContext, serve_health
 from nrt.settings import Settings, models_dir
+from nrt.vocabulary import KeyScope
 from router_svc.app import router_host
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
@@ -50,7 +56,9 @@ from specialist_worker.worker import Worker
 from worker_calls import control
 
 FIXTURES = Path(__file__).parent / "fixtures"
+API_KEY = "test-api-key"  # infer scope: what Stack.client() and Stack.http() send
 ADMIN_KEY = "test-admin-key"
+KEYS = {KeyScope.INFER: API_KEY, KeyScope.ADMIN: ADMIN_KEY}
 ROUTER_HOST = "r-gateway"  # router_svc's worker id: the entry model's worker
 CLUSTER_STATE_TUNING = Tuning(heartbeat_s=0.5, settle_s=5.0, retry_s=2.0)  # the worker beats every 0.5 s
 
@@ -88,11 +96,13 @@ class Stack:
         assert isinstance(app, Litestar)
         return app.state.runtime.require().gate  # type: ignore[no-any-return]
 
-    def client(self, **kwargs: object) -> AsyncOpenAI:
-        return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, **kwargs)  # type: ignore[arg-type]
+    def client(self, api_key: str = API_KEY, **kwargs: object) -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key=api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
 
-    def http(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, timeout=30)
+    def http(self, api_key: str | None = API_KEY) -> httpx.AsyncClient:
+        """An HTTP client of the gateway that sends ``api_key`` (None: no key)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
+        return httpx.AsyncClient(base_url=self.base_url, timeout=30, headers=headers)
 
     async def events(self, request_id: str | None = None, within: float = 5.0, until: int = 0) -> list[AnyEvent]:
         """Events in the stream (those of ``request_id`` only, if given); waits until ``until`` of them exist."""
@@ -124,6 +134,13 @@ async def fresh_events_stream(nc: Client) -> None:
     with contextlib.suppress(NotFoundError):
         await js.delete_stream(subjects.EVENTS_STREAM)
     await ensure_events_stream(js)
+
+
+async def record_keys(nc: Client, keys: dict[KeyScope, str]) -> None:
+    """Record ``keys`` as cluster_state records the keys given at start."""
+    publisher = EventPublisher(nc)
+    for scope, key in keys.items():
+        await publisher.publish(bootstrap_event(key, scope, name=f"bootstrap {scope}"))
 
 
 async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
@@ -201,6 +218,7 @@ async def start_stack(
     heartbeats: asyncio.Task[None] | None = None
     cluster_state: ClusterStateService | None = None
     if database_url is None:
+        await record_keys(nc, KEYS)
         manifest = await apply_manifest(nc, text)
         await worker.start()
         router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
@@ -221,13 +239,11 @@ async def start_stack(
         heartbeats = asyncio.create_task(worker.run_heartbeats(beating))
         state_broker = await start_broker(nats_url, "cluster_state")
         cluster_state = ClusterStateService(
-            state_broker, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2
+            state_broker, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2, keys=KEYS
         )
         await asyncio.wait_for(cluster_state.start(), 30)
         router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
-    settings = settings or GatewaySettings(
-        nats_url=nats_url, admin_key=ADMIN_KEY, route_timeout=10, idle_timeout=10, request_timeout=30
-    )
+    settings = settings or GatewaySettings(nats_url=nats_url, route_timeout=10, idle_timeout=10, request_timeout=30)
     port = free_port()
     server = _Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     gateway_task = asyncio.create_task(server.serve())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import start_stack
+from harness import API_KEY, start_stack
 
 from nrt.bus import subjects
 from nrt.bus.connection import connect
@@ -138,7 +138,7 @@ async def test_a_gateway_killed_right_after_a_request_completes_loses_none_of_it
     async with start_stack(nats_url, "tiny-support.yaml", database_url=database_url):
         process, url = await asyncio.to_thread(start)  # type: ignore[operator]
         body = {"model": "router", "messages": [{"role": "user", "content": BILLING}], "max_tokens": 4}
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=30, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
             response = await http.post("/v1/chat/completions", json=body)
         os.kill(process.pid, signal.SIGKILL)  # the moment the answer is in: no goodbye, no flush
         assert response.status_code == 200, response.text

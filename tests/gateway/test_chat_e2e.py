@@ -358,8 +358,10 @@ async def test_cluster_manifest_health_readiness_and_openapi(stack: Stack) -> No
 
 async def test_manifest_updates_need_the_admin_key_and_a_valid_manifest(stack: Stack) -> None:
     text = stack.manifest.text
-    async with stack.http() as http:
+    async with stack.http(api_key=None) as http:
         anonymous = await http.put("/v1/manifest", content=text)
+    async with stack.http() as http:  # the infer key
+        infer = await http.put("/v1/manifest", content=text)
         wrong = await http.put("/v1/manifest", content=text, headers={"Authorization": "Bearer nope"})
         admin = {"Authorization": "Bearer test-admin-key", "Content-Type": "application/yaml"}
         invalid = await http.put("/v1/manifest", content=text.replace("tier: standby", "tier: hot"), headers=admin)
@@ -367,6 +369,8 @@ async def test_manifest_updates_need_the_admin_key_and_a_valid_manifest(stack: S
     assert anonymous.status_code == 401
     assert anonymous.headers["www-authenticate"] == "Bearer"
     assert wrong.status_code == 401
+    assert (infer.status_code, infer.json()["error"]["code"]) == (403, "insufficient_scope")
+    assert infer.json()["error"]["type"] == "permission_error"
     assert invalid.status_code == 422
     error = invalid.json()["error"]
     assert error["code"] == "invalid_manifest"

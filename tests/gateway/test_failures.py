@@ -8,7 +8,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from harness import ADMIN_KEY, Stack, control, start_stack
+from harness import Stack, control, start_stack
 
 from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
@@ -24,7 +24,7 @@ def user(text: str) -> list[dict[str, str]]:
 
 
 def quick(nats_url: str) -> GatewaySettings:
-    return GatewaySettings(nats_url=nats_url, admin_key=ADMIN_KEY, route_timeout=2, idle_timeout=1, request_timeout=10)
+    return GatewaySettings(nats_url=nats_url, route_timeout=2, idle_timeout=1, request_timeout=10)
 
 
 async def failed_event(stack: Stack, request_id: str) -> RequestFailed:

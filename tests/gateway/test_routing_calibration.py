@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from harness import ROUTER_HOST, Stack, fixture_manifest, start_stack
 from openai.types.chat import ChatCompletion
@@ -38,7 +37,7 @@ async def ask(stack: Stack, text: str) -> tuple[ChatCompletion, dict[str, object
 
 
 async def router_threshold(stack: Stack) -> dict[str, object]:
-    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as http:
+    async with stack.http() as http:
         models = (await http.get("/v1/models")).json()["data"]
     router = next(m for m in models if m["id"] == "router")
     assert all(m["threshold"] is None for m in models if m["id"] != "router")

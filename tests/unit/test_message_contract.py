@@ -63,6 +63,8 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     subjects.STATE: ClusterStateService.serve_state,
     subjects.MANIFEST_APPLY: ClusterStateService.apply,
     subjects.PROMOTE: ClusterStateService.promote,
+    subjects.KEYS_CREATE: ClusterStateService.create_key,
+    subjects.KEYS_REVOKE: ClusterStateService.revoke_key,
     subjects.WORKER_HEARTBEAT: Controller.on_heartbeat,
 }
 

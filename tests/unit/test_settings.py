@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
+from pydantic import SecretStr
 
 from api_gateway.settings import GatewaySettings
 from cluster_state.settings import ClusterStateSettings
@@ -39,7 +40,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
         "INFO",
         None,
     )
-    assert (gateway.host, gateway.port, gateway.admin_key) == ("127.0.0.1", 8080, None)
+    assert (gateway.host, gateway.port, gateway.auth) == ("127.0.0.1", 8080, True)
     assert (gateway.max_body_bytes, gateway.max_tokens_limit) == (1024 * 1024, 16384)
     assert (gateway.route_timeout, gateway.idle_timeout, gateway.request_timeout, gateway.apply_timeout) == (
         30.0,
@@ -71,7 +72,9 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_HOME": (str(tmp_path), "home", tmp_path),
         "NRT_LOG_LEVEL": ("debug", "log_level", "DEBUG"),
         "OTEL_EXPORTER_OTLP_ENDPOINT": ("http://jaeger:4318", "otlp_endpoint", "http://jaeger:4318"),
-        "NRT_ADMIN_KEY": ("s3cret", "admin_key", "s3cret"),
+        "NRT_AUTH": ("off", "auth", False),
+        "NRT_API_KEY": ("an-infer-key-0123456789", "api_key", SecretStr("an-infer-key-0123456789")),
+        "NRT_ADMIN_KEY": ("an-admin-key-0123456789", "admin_key", SecretStr("an-admin-key-0123456789")),
         "NRT_GATEWAY_HOST": ("0.0.0.0", "host", "0.0.0.0"),
         "NRT_GATEWAY_PORT": ("9000", "port", 9000),
         "NRT_GATEWAY_MAX_BODY_BYTES": ("2048", "max_body_bytes", 2048),
@@ -124,7 +127,7 @@ def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("NRT_ADMIN_KEY", "")
     monkeypatch.setenv("NRT_WORKER_RAM", "")
     assert GatewaySettings.from_env().port == 8080
-    assert GatewaySettings.from_env().admin_key is None
+    assert ClusterStateSettings.from_env().admin_key is None
     assert WorkerSettings.from_env().worker_ram is None
 
 

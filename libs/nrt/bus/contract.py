@@ -27,17 +27,19 @@ from nrt.protocol import (
     ClassifyReply,
     ControlCommand,
     ControlReply,
+    CreateKey,
     EmbedReply,
     InboxFrame,
     InferRequest,
     PromoteModel,
     PromoteResult,
+    RevokeKey,
     RouteRequest,
     StateQuery,
     WorkerHeartbeat,
 )
 from nrt.service import Health, HealthQuery
-from nrt.state import ClusterState
+from nrt.state import ApiKey, ClusterState
 
 Service = Literal["api_gateway", "router_svc", "specialist_worker", "cluster_state", "nrt"]
 SERVICES: tuple[Service, ...] = ("api_gateway", "router_svc", "specialist_worker", "cluster_state", "nrt")
@@ -81,6 +83,8 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
     "RequestFailed": ("api_gateway",),
+    "ApiKeyCreated": ("cluster_state",),  # asked by the gateway (nrt.keys.create) or given at start
+    "ApiKeyRevoked": ("cluster_state",),  # asked by the gateway (nrt.keys.revoke)
 }
 
 CHANNELS: tuple[Channel, ...] = (
@@ -160,6 +164,22 @@ CHANNELS: tuple[Channel, ...] = (
         publishers=("api_gateway",),
         subscribers=("cluster_state",),
         summary="Replace the manifest in force with a drained swap.",
+    ),
+    Channel(
+        address=subjects.KEYS_CREATE,
+        payload=CreateKey,
+        reply=ApiKey,
+        publishers=("api_gateway",),
+        subscribers=("cluster_state",),
+        summary="Record a new API key (its SHA-256, never the key) as ApiKeyCreated; answered once folded.",
+    ),
+    Channel(
+        address=subjects.KEYS_REVOKE,
+        payload=RevokeKey,
+        reply=ApiKey,
+        publishers=("api_gateway",),
+        subscribers=("cluster_state",),
+        summary="Revoke an API key (ApiKeyRevoked); answered once folded. The last live admin key stays.",
     ),
     Channel(
         address=subjects.PROMOTE,

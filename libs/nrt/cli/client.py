@@ -1,7 +1,8 @@
 """Client commands against a running stack: ``nrt chat`` and ``nrt status``.
 
 The gateway is found from ``--url``, else ``NRT_GATEWAY_URL``, else the endpoints file
-that ``nrt up`` writes in its data directory.
+that ``nrt up`` writes in its data directory; the API key from ``--api-key``, else
+``NRT_API_KEY``, else the keys file of that local stack (only when the gateway is its own).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 
 from nrt.cli.settings import cli_settings
 from nrt.stack import endpoints
+from nrt.stack import keys as stack_keys
 from nrt.units import format_size
 
 
@@ -30,12 +32,35 @@ def gateway_url(url: str | None) -> str:
     return found.gateway_url
 
 
-def _error(response: httpx.Response) -> click.ClickException:
+def local_keys(base: str) -> stack_keys.StackKeys | None:
+    """The keys of the local `nrt up` stack, when ``base`` is its gateway (a key goes to no other server)."""
+    found = endpoints.discover()
+    if found is None or found.gateway_url.rstrip("/") != base:
+        return None
+    return stack_keys.read()
+
+
+def auth_headers(base: str, given: str | None, admin: bool = False) -> dict[str, str]:
+    """``Authorization`` for ``base``: the key given, else its variable, else the local stack's (none: no header)."""
+    settings = cli_settings()
+    configured = settings.admin_key if admin else settings.api_key
+    key = given or (configured.get_secret_value() if configured is not None else None)
+    if key is None and (local := local_keys(base)) is not None:
+        key = local.admin_key if admin else local.api_key
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def http_error(response: httpx.Response) -> click.ClickException:
     try:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = response.text[:300]
+    if response.status_code == 401:
+        message += " (give a key with --api-key or NRT_API_KEY; `nrt up` writes its keys to its data directory)"
     return click.ClickException(f"{response.status_code}: {message}")
+
+
+API_KEY_HELP = "API key (NRT_API_KEY; default: the local `nrt up` stack's)"
 
 
 @click.command()
@@ -44,13 +69,18 @@ def _error(response: httpx.Response) -> click.ClickException:
 @click.option("--session", default=None, help="conversation id: the worker keeps its KV cache between turns")
 @click.option("--max-tokens", type=int, default=None)
 @click.option("--url", default=None, help="gateway URL (NRT_GATEWAY_URL; default: the local `nrt up` stack)")
-def chat(message: str, model: str, session: str | None, max_tokens: int | None, url: str | None) -> None:
+@click.option("--api-key", default=None, help=API_KEY_HELP)
+def chat(
+    message: str, model: str, session: str | None, max_tokens: int | None, url: str | None, api_key: str | None
+) -> None:
     """Send MESSAGE, stream the answer, and show the hop the router chose."""
     base = gateway_url(url)
     body: dict[str, Any] = {"model": model, "stream": True, "messages": [{"role": "user", "content": message}]}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
-    headers = {"X-NRT-Session": session} if session else {}
+    headers = auth_headers(base, api_key)
+    if session:
+        headers["X-NRT-Session"] = session
     hop: str | None = None
     nrt_block: dict[str, Any] | None = None
     with (
@@ -59,7 +89,7 @@ def chat(message: str, model: str, session: str | None, max_tokens: int | None, 
     ):
         if response.status_code >= 400:
             response.read()
-            raise _error(response)
+            raise http_error(response)
         for line in response.iter_lines():
             if not line.startswith("data:"):
                 continue
@@ -88,12 +118,13 @@ def chat(message: str, model: str, session: str | None, max_tokens: int | None, 
 @click.command()
 @click.option("--url", default=None, help="gateway URL (NRT_GATEWAY_URL; default: the local `nrt up` stack)")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
-def status(url: str | None, as_json: bool) -> None:
+@click.option("--api-key", default=None, help=API_KEY_HELP)
+def status(url: str | None, as_json: bool, api_key: str | None) -> None:
     """Tiers, memory, sessions and the manifest version of a running stack."""
     base = gateway_url(url)
-    response = httpx.get(f"{base}/v1/cluster", timeout=10)
+    response = httpx.get(f"{base}/v1/cluster", timeout=10, headers=auth_headers(base, api_key))
     if response.status_code >= 400:
-        raise _error(response)
+        raise http_error(response)
     state = response.json()
     if as_json:
         click.echo(json.dumps(state, indent=2))

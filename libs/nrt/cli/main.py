@@ -15,6 +15,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("nrt.cli.health", "health"),
     ("nrt.cli.client", "chat"),
     ("nrt.cli.client", "status"),
+    ("nrt.cli.keys", "keys"),
     ("nrt.cli.audit", "replay"),
     ("nrt.cli.audit", "audit"),
     ("nrt.cli.audit", "events"),

@@ -7,7 +7,7 @@ look for a stack started by ``nrt up`` on this machine.
 from __future__ import annotations
 
 import click
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from nrt.settings import Settings, SettingsError
 
@@ -19,6 +19,16 @@ class CliSettings(Settings):
         default=None,
         description="the gateway for `nrt chat` / `nrt status`",
         json_schema_extra={"default_text": "the local `nrt up` stack"},
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="the API key `nrt chat` / `nrt status` send",
+        json_schema_extra={"default_text": "the local `nrt up` stack's"},
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="the admin key `nrt keys` sends",
+        json_schema_extra={"default_text": "the local `nrt up` stack's"},
     )
 
 

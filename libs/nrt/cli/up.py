@@ -20,9 +20,11 @@ from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.infra import EmbeddedNats, EmbeddedPostgres, pgurl
 from nrt.infra.pgroles import ensure_owner_role
+from nrt.keys import MIN_KEY_LENGTH, weak
 from nrt.manifest import Manifest, ManifestError, load_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.stack import backing, endpoints
+from nrt.stack import keys as stack_keys
 from nrt.stack.backing import Backing
 from nrt.stack.preflight import StackInUseError, claimed
 from nrt.stack.secrets import secret
@@ -107,6 +109,21 @@ async def readiness_problem(client: httpx.AsyncClient, url: str, instance: str) 
     return None if response.status_code == 200 else response.text[:200]
 
 
+def _api_keys(data_dir: Path) -> stack_keys.StackKeys:
+    """The stack's API keys (NRT_API_KEY / NRT_ADMIN_KEY, else its keys file, else new ones), said once made."""
+    keys, made = stack_keys.ensure(data_dir, os.environ)
+    shown = {"infer": ("NRT_API_KEY", keys.api_key), "admin": ("NRT_ADMIN_KEY", keys.admin_key)}
+    for scope, (variable, key) in shown.items():
+        if scope in made:
+            _say(f"created the {scope} API key ({variable}): {key}")
+        elif weak(key):
+            _say(f"WARNING: {variable} is shorter than {MIN_KEY_LENGTH} characters: easy to guess")
+    _say(f"API keys in {data_dir / stack_keys.KEYS_FILE} (mode 0600); `nrt chat`, `nrt status`, `nrt keys` use them")
+    if os.environ.get("NRT_AUTH", "").lower() in ("off", "0", "false", "no"):
+        _say("WARNING: NRT_AUTH=off: the gateway checks no API key; for local experiments only")
+    return keys
+
+
 async def _wait_ready(url: str, instance: str, within: float) -> None:
     deadline = time.monotonic() + within
     last = ""
@@ -141,10 +158,11 @@ async def _prepare_stream(nats_url: str) -> None:
     await nc.close()
 
 
-def _announce(gateway_url: str) -> None:
+def _announce(gateway_url: str, api_key: str) -> None:
     click.echo(f"\nNRT is up: {gateway_url}  (Ctrl-C to stop)\n")
     click.echo(
         f"curl -N {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f"  -H 'Authorization: Bearer {api_key}' \\\n"
         '  -d \'{"model": "router", "stream": true, '
         '"messages": [{"role": "user", "content": "I was charged twice this month"}]}\'\n'
     )
@@ -182,6 +200,8 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         gateway_url = f"http://{host}:{port}"
         instance = uuid.uuid4().hex
         env = _service_env(nats, database, manifest_path, host, port, instance)
+        keys = _api_keys(data_dir)
+        env.update(keys.env())
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
             _say(f"starting {', '.join(SERVICES)}; logs in {data_dir / 'logs'}")
@@ -190,7 +210,7 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
                     nats_url=nats.url, database_url=database.url, gateway_url=gateway_url, pid=os.getpid()
                 )
                 endpoints.write(found, data_dir)
-                _announce(gateway_url)
+                _announce(gateway_url, keys.api_key)
                 await stop.wait()
         finally:
             _say("stopping")

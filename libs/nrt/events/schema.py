@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import msgspec
 
-from nrt.vocabulary import DrainOutcome, FinishReason, Reason, Tier, WorkerRole
+from nrt.vocabulary import DrainOutcome, FinishReason, KeyScope, Reason, Tier, WorkerRole
 
 # Derived event ids are name-based UUIDs in this namespace (the store's event_id column is a UUID).
 DERIVED_IDS = uuid.UUID("9b7e4c52-1d0a-5c3e-8f61-6e7274000002")
@@ -200,11 +200,15 @@ class SessionClosed(Event, frozen=True, kw_only=True):
 
 
 class RequestAdmitted(Event, frozen=True, kw_only=True):
+    """Version 2 added ``key_id`` (version 1 rows decode without one)."""
+
+    VERSION: ClassVar[int] = 2
     request_id: str
     manifest_version: int
     model_id: str  # what the client asked for: the entry (routed) or a model id (direct)
     session_id: str | None = None
     stream: bool = False
+    key_id: str | None = None  # the API key that sent it (None: authentication was off)
 
     @property
     def stream_id(self) -> str:
@@ -286,6 +290,9 @@ class RequestRouted(Event, frozen=True, kw_only=True):
 
 
 class RequestCompleted(Event, frozen=True, kw_only=True):
+    """Version 2 added ``key_id``: the key the usage is charged to (version 1 rows decode without one)."""
+
+    VERSION: ClassVar[int] = 2
     request_id: str
     manifest_version: int
     model_id: str  # the model that produced the answer
@@ -294,6 +301,7 @@ class RequestCompleted(Event, frozen=True, kw_only=True):
     latency_ms: float
     ttft_ms: float | None = None
     finish_reason: FinishReason = "stop"
+    key_id: str | None = None  # the API key that sent it (None: authentication was off)
 
     @property
     def stream_id(self) -> str:
@@ -301,16 +309,50 @@ class RequestCompleted(Event, frozen=True, kw_only=True):
 
 
 class RequestFailed(Event, frozen=True, kw_only=True):
+    """Version 2 added ``key_id`` (version 1 rows decode without one)."""
+
+    VERSION: ClassVar[int] = 2
     request_id: str
     manifest_version: int
     code: str  # a stable error code, e.g. "worker_timeout"
     message: str
     status: int  # the HTTP status the client saw
     model_id: str | None = None
+    key_id: str | None = None  # the API key that sent it (None: authentication was off)
 
     @property
     def stream_id(self) -> str:
         return f"request:{self.request_id}"
+
+
+# -- API keys ------------------------------------------------------------------------
+
+
+class ApiKeyCreated(Event, frozen=True, kw_only=True):
+    """An API key exists: its SHA-256 (never the key itself), its scope and its limits."""
+
+    key_id: str  # the hash's first hex digits: a non-secret name for the key (lists, usage, revocation)
+    name: str
+    scope: KeyScope
+    key_sha256: str  # hex SHA-256 of the key
+    rps: float | None = None  # requests per second it may send (None: no limit)
+    tokens_per_min: int | None = None  # prompt + completion tokens per minute (None: no limit)
+    created_by: str | None = None  # the key_id of the admin key that created it (None: a bootstrap key)
+
+    @property
+    def stream_id(self) -> str:
+        return f"key:{self.key_id}"
+
+
+class ApiKeyRevoked(Event, frozen=True, kw_only=True):
+    """An API key stops working, for good."""
+
+    key_id: str
+    revoked_by: str | None = None  # the key_id of the admin key that revoked it
+
+    @property
+    def stream_id(self) -> str:
+        return f"key:{self.key_id}"
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -332,6 +374,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RequestRouted,
     RequestCompleted,
     RequestFailed,
+    ApiKeyCreated,
+    ApiKeyRevoked,
 )
 
 AnyEvent = (
@@ -353,10 +397,12 @@ AnyEvent = (
     | RequestRouted
     | RequestCompleted
     | RequestFailed
+    | ApiKeyCreated
+    | ApiKeyRevoked
 )
 
 # The events that shape the control plane: the manifest in force, drains, workers, where each
-# model is placed and at which tier, and the router's calibrated floor. The gateway and
+# model is placed and at which tier, the router's calibrated floor, and the API keys. The gateway and
 # router_svc follow only these: their folds need no request or session facts, and each routed
 # request would otherwise wake both of them once per event it causes.
 CONTROL_PLANE: tuple[type[Event], ...] = (
@@ -368,4 +414,6 @@ CONTROL_PLANE: tuple[type[Event], ...] = (
     ModelPlaced,
     TierChanged,
     RouterCalibrated,
+    ApiKeyCreated,
+    ApiKeyRevoked,
 )

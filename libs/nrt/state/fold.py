@@ -12,6 +12,8 @@ from msgspec.structs import replace
 
 from nrt.events import (
     AnyEvent,
+    ApiKeyCreated,
+    ApiKeyRevoked,
     DrainCompleted,
     DrainStarted,
     Event,
@@ -32,11 +34,12 @@ from nrt.events import (
     WorkerJoined,
     WorkerLost,
 )
-from nrt.state.model import ClusterState, Counters, ModelState, Placement, SessionState, WorkerState
+from nrt.state.model import ApiKey, ClusterState, Counters, ModelState, Placement, SessionState, WorkerState
 from nrt.vocabulary import TIER_RANK, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from datetime import datetime
 
 
 def evolve(state: ClusterState, event: Event) -> ClusterState:
@@ -208,6 +211,7 @@ def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
         state,
         in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
         counters=_count(state.counters, requests_admitted=1),
+        api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
     )
 
 
@@ -257,6 +261,14 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
         models=_with(state.models, e.model_id, updated),
         in_flight=_without(state.in_flight, e.request_id),
         counters=counters,
+        api_keys=_used(
+            state.api_keys,
+            e.key_id,
+            e.occurred_at,
+            completed=1,
+            prompt_tokens=e.prompt_tokens,
+            completion_tokens=e.completion_tokens,
+        ),
     )
 
 
@@ -265,7 +277,44 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
         state,
         in_flight=_without(state.in_flight, e.request_id),
         counters=_count(state.counters, requests_failed=1),
+        api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
     )
+
+
+def _api_key_created(state: ClusterState, e: ApiKeyCreated) -> ClusterState:
+    if e.key_id in state.api_keys:  # a key id names one key for good: a second creation changes nothing
+        return state
+    key = ApiKey(
+        key_id=e.key_id,
+        name=e.name,
+        scope=e.scope,
+        key_sha256=e.key_sha256,
+        rps=e.rps,
+        tokens_per_min=e.tokens_per_min,
+        created_at=e.occurred_at,
+        created_by=e.created_by,
+    )
+    return replace(state, api_keys=_with(state.api_keys, e.key_id, key))
+
+
+def _api_key_revoked(state: ClusterState, e: ApiKeyRevoked) -> ClusterState:
+    key = state.api_keys.get(e.key_id)
+    if key is None or not key.live:
+        return state
+    return replace(state, api_keys=_with(state.api_keys, e.key_id, replace(key, revoked_at=e.occurred_at)))
+
+
+def _used(keys: dict[str, ApiKey], key_id: str | None, at: datetime, **increments: int) -> dict[str, ApiKey]:
+    """``keys`` with the usage of ``key_id`` counted up (unchanged when no known key sent the request)."""
+    key = keys.get(key_id) if key_id is not None else None
+    if key is None:
+        return keys
+    usage = replace(
+        key.usage,
+        last_used_at=at,
+        **{name: getattr(key.usage, name) + n for name, n in increments.items()},
+    )
+    return _with(keys, key.key_id, replace(key, usage=usage))
 
 
 _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
@@ -287,6 +336,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
     RequestRouted: _request_routed,
     RequestCompleted: _request_completed,
     RequestFailed: _request_failed,
+    ApiKeyCreated: _api_key_created,
+    ApiKeyRevoked: _api_key_revoked,
 }
 
 __all__ = ["AnyEvent", "evolve", "fold"]

@@ -7,7 +7,7 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 import msgspec
 
 from nrt.events.schema import RouterCalibrated
-from nrt.vocabulary import Tier, WorkerRole
+from nrt.vocabulary import KeyScope, Tier, WorkerRole
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +57,36 @@ class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
     role: WorkerRole = WorkerRole.SPECIALIST
 
 
+class KeyUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What one API key's requests used, as the log recorded them."""
+
+    requests: int = 0  # admitted
+    completed: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_used_at: datetime | None = None
+
+
+class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
+    """An API key as the log knows it: its hash (never the key), scope, limits and usage."""
+
+    key_id: str
+    name: str
+    scope: KeyScope
+    key_sha256: str
+    rps: float | None = None
+    tokens_per_min: int | None = None
+    created_at: datetime
+    created_by: str | None = None
+    revoked_at: datetime | None = None
+    usage: KeyUsage = KeyUsage()
+
+    @property
+    def live(self) -> bool:
+        return self.revoked_at is None
+
+
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
     requests_admitted: int = 0
     requests_completed: int = 0
@@ -84,6 +114,7 @@ class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
     sessions: dict[str, SessionState] = {}
     in_flight: dict[str, int] = {}  # request id -> manifest version it was admitted under
     intents: dict[str, int] = {}  # how often the entry model chose each intent
+    api_keys: dict[str, ApiKey] = {}  # by key id, revoked ones included
     counters: Counters = Counters()
     events_applied: int = 0
     last_event_at: datetime | None = None
