@@ -47,6 +47,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     instance: str
     uptime_s: float
     status: str = "ok"
+    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ServiceContext:
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     started: float = field(default_factory=time.monotonic)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    counters: dict[str, Callable[[], int]] = field(default_factory=dict)  # named counts the health reply carries
 
     @property
     def nc(self) -> Client:
@@ -69,7 +71,12 @@ async def serve_health(ctx: ServiceContext) -> None:
 
     async def health(query: HealthQuery) -> Health:
         """Is this service instance alive: its name, instance id and uptime."""
-        return Health(service=ctx.name, instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
+        return Health(
+            service=ctx.name,
+            instance=ctx.instance,
+            uptime_s=time.monotonic() - ctx.started,
+            counters={name: count() for name, count in ctx.counters.items()},
+        )
 
     await bus.serve(ctx.broker, health_subject(ctx.name), health, title=f"{ctx.name}: health")
 

@@ -75,7 +75,7 @@ class Runtime:
             except Exception as exc:  # JetStream not ready yet
                 log.warning("cannot follow the event stream yet: %s", exc)
                 await asyncio.sleep(1.0)
-        emitter = EventEmitter(nc, outbox=Outbox.open(self.settings.home, "api_gateway"))
+        emitter = EventEmitter(nc, outbox=Outbox.open(self.settings.home, "api_gateway"), service="api_gateway")
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()

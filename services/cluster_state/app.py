@@ -37,4 +37,5 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         manifest_file=source,
         tuning=settings.tuning(),
     )
+    ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     await service.run(ctx.stopping)

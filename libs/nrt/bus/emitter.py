@@ -23,7 +23,8 @@ import time
 from nats.aio.client import Client
 from nats.js.api import PubAck
 
-from nrt.bus import subjects
+from nrt.bus.contract import Service
+from nrt.bus.jetstream import event_subject
 from nrt.bus.outbox import Outbox
 from nrt.bus.tracing import inject
 from nrt.events import Event, encode
@@ -33,9 +34,16 @@ log = logging.getLogger("nrt.bus.emitter")
 
 class EventEmitter:
     def __init__(
-        self, nc: Client, ack_timeout: float = 5.0, max_queued: int = 100_000, outbox: Outbox | None = None
+        self,
+        nc: Client,
+        ack_timeout: float = 5.0,
+        max_queued: int = 100_000,
+        outbox: Outbox | None = None,
+        *,
+        service: Service | None = None,  # publish as this service (None: as each type's first publisher)
     ) -> None:
         self.js = nc.jetstream(timeout=ack_timeout)
+        self.service = service
         self.outbox = outbox
         self.ack_timeout = ack_timeout
         self.sent = 0  # acknowledged by the stream
@@ -104,7 +112,7 @@ class EventEmitter:
             event, data, headers = await self._queue.get()
             try:
                 future = await self.js.publish_async(
-                    subjects.event(event.type), data, headers=headers, wait_stall=self.ack_timeout
+                    event_subject(event.type, self.service), data, headers=headers, wait_stall=self.ack_timeout
                 )
                 self._pending[future] = (event, time.monotonic())
                 future.add_done_callback(self._acknowledged)

@@ -33,4 +33,5 @@ def health(service: str, nats_url: str | None, within: float) -> None:
     except Exception as exc:
         click.echo(f"{service}: not healthy: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"{service}: {answer.status} ({answer.instance}, up {answer.uptime_s:.0f}s)")
+    counts = "".join(f", {name} {count}" for name, count in sorted(answer.counters.items()))
+    click.echo(f"{service}: {answer.status} ({answer.instance}, up {answer.uptime_s:.0f}s{counts})")
