@@ -24,6 +24,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.bus import broker as bus
+from nrt.bus.connection import credentials_of
 from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
@@ -88,7 +89,7 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
     """Connect, answer health checks, run ``body`` until it returns or a signal arrives."""
     settings = settings or Settings.from_env()
     setup_tracing(name)
-    broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name)
+    broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name, credentials=credentials_of(settings))
     ctx = ServiceContext(name=name, settings=settings, broker=broker)
     await serve_health(ctx)
     loop = asyncio.get_running_loop()

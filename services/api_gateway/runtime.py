@@ -20,6 +20,7 @@ from api_gateway.errors import ApiError
 from api_gateway.exchange import Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
+from nrt.bus.connection import credentials_of
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
@@ -57,7 +58,9 @@ class Runtime:
         delay = 0.2
         while True:
             try:
-                broker = await start_broker(self.settings.nats_url, "api_gateway")
+                broker = await start_broker(
+                    self.settings.nats_url, "api_gateway", credentials=credentials_of(self.settings)
+                )
                 break
             except ConnectionError as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)

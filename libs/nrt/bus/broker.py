@@ -28,6 +28,7 @@ from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from nrt.bus.credentials import BusCredentials
 from nrt.bus.connection import reconnecting
 from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
 
@@ -72,11 +73,14 @@ async def decode_body(message: StreamMessage[Any], original: Any) -> Any:
     return msgspec.json.decode(message.body) if message.body else {}
 
 
-def new_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBroker:
-    """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames."""
+def new_broker(
+    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> NatsBroker:
+    """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames;
+    authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``)."""
     return NatsBroker(
         url,
-        **reconnecting(url, name, connect_timeout),
+        **reconnecting(url, name, connect_timeout, credentials),
         serializer=MsgSpecSerializer(),
         decoder=decode_body,
         middlewares=(
@@ -89,9 +93,11 @@ def new_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBrok
     )
 
 
-async def start_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBroker:
+async def start_broker(
+    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> NatsBroker:
     """``new_broker`` connected and started; ConnectionError naming the URL when NATS is not there."""
-    broker = new_broker(url, name, connect_timeout=connect_timeout)
+    broker = new_broker(url, name, connect_timeout=connect_timeout, credentials=credentials)
     try:
         await broker.start()
     except Exception as exc:
