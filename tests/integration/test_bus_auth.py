@@ -10,7 +10,6 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import NoServersError
 
 from nrt.bus import auth
 from nrt.bus.connection import reconnecting
@@ -66,15 +65,14 @@ def _concrete(channel: Channel, identity: str) -> str:
 
 
 async def test_an_anonymous_connection_is_refused(secure_nats_url: str) -> None:
-    with pytest.raises((NoServersError, nats.errors.Error)) as refused:
+    with pytest.raises(nats.errors.Error, match=r"(?i)authorization"):
         await nats.connect(secure_nats_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
-    assert "authorization" in repr(refused.value).lower() or isinstance(refused.value, NoServersError)
 
 
 async def test_an_unknown_key_is_refused(secure_nats_url: str, tmp_path: Path) -> None:
     stranger = tmp_path / "stranger.nk"
     stranger.write_bytes(auth.new_seed())
-    with pytest.raises(Exception, match="(?i)authorization"):
+    with pytest.raises(nats.errors.Error, match=r"(?i)authorization"):
         await nats.connect(
             secure_nats_url,
             nkeys_seed=str(stranger),

@@ -34,7 +34,7 @@ from typing import Any
 import nkeys
 
 from nrt.bus import subjects
-from nrt.bus.contract import CHANNELS, EVENT_PUBLISHERS, SERVICES, Service
+from nrt.bus.contract import CHANNELS, SERVICES, Service
 from nrt.bus.credentials import inbox_prefix, public_key, seed_file
 
 CONFIG_FILE = "nats-server.conf"

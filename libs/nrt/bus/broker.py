@@ -28,8 +28,8 @@ from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from nrt.bus.credentials import BusCredentials
 from nrt.bus.connection import reconnecting
+from nrt.bus.credentials import BusCredentials
 from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
 
 log = logging.getLogger("nrt.bus")
