@@ -29,7 +29,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import nkeys
 
@@ -83,6 +82,8 @@ def permissions(identity: Service) -> Permissions:
             publish |= {f"{_JS}.STREAM.INFO.{_STREAM}", f"{_JS}.CONSUMER.CREATE.{_STREAM}", f"$JS.FC.{_STREAM}.>"}
         else:
             subscribe.add(_subject(channel.address, identity, "subscribe"))
+    if identity != "nrt":  # its own health subject: a container's health check runs `nrt health` as the service
+        publish.add(_subject("nrt.health.{service}", identity, "subscribe"))
     if identity == RECORDER:
         consumer = f"{_STREAM}.{RECORDER_CONSUMER}"
         publish |= {
@@ -116,12 +117,11 @@ class ServerTls:
     key_file: Path
 
 
-def server_config(
-    keys: dict[Service, str], *, tls: ServerTls | None = None, store_dir: str | None = None, monitor_port: int = 0
-) -> str:
+def server_config(keys: dict[Service, str], *, tls: ServerTls | None = None) -> str:
     """The nats-server config: JetStream, one user per identity (public key + permissions), TLS if given.
 
-    The listen address is left to the command line (``nrt up`` and the tests pick their own)."""
+    The listen address, the store and the monitoring port are left to the command line (``nrt up``,
+    compose and the tests give their own)."""
     users = []
     for identity, key in keys.items():
         allowed = permissions(identity)
@@ -136,19 +136,14 @@ def server_config(
             }
         )
     lines = ["# Written by NRT (nrt.bus.auth): one NATS user per service; re-written on every start.", ""]
-    jetstream: dict[str, Any] = {} if store_dir is None else {"store_dir": store_dir}
-    lines.append(f"jetstream: {json.dumps(jetstream)}")
-    if monitor_port:
-        lines.append(f"http_port: {monitor_port}")
+    lines.append("jetstream: {}")
     lines.append(f"authorization: {json.dumps({'users': users}, indent=2)}")
     if tls is not None:
         lines.append(f"tls: {json.dumps({'cert_file': str(tls.cert_file), 'key_file': str(tls.key_file)})}")
     return "\n".join(lines) + "\n"
 
 
-def ensure_credentials(
-    directory: Path, *, tls: ServerTls | None = None, store_dir: str | None = None, monitor_port: int = 0
-) -> Path:
+def ensure_credentials(directory: Path, *, tls: ServerTls | None = None) -> Path:
     """A seed per identity in ``directory`` (kept if already there, else made, mode 0600) and the server
     config for them (re-written, so a newer contract's permissions apply); returns the config's path."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -164,5 +159,5 @@ def ensure_credentials(
         except Exception as exc:
             raise ValueError(f"{path} does not hold an nkey user seed: {exc}") from None
     config = directory / CONFIG_FILE
-    config.write_text(server_config(keys, tls=tls, store_dir=store_dir, monitor_port=monitor_port))
+    config.write_text(server_config(keys, tls=tls))
     return config

@@ -20,6 +20,7 @@ from nrt.infra import nats_server, postgres_server
 from nrt.manifest import Manifest, ManifestError, load_manifest
 from nrt.manifest_sources import footprint_of
 from nrt.stack import endpoints
+from nrt.stack.bus import stack_bus
 from nrt.stack.supervisor import Supervisor
 from nrt.store import upgrade
 
@@ -74,11 +75,14 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with contextlib.ExitStack() as servers:
-        nats_url = servers.enter_context(nats_server(data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False))
+        bus = stack_bus(data_dir)  # the seeds and server config in data_dir/bus (None: NRT_NATS_URL's server)
+        nats_url = servers.enter_context(
+            nats_server(data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False, config_file=bus.config if bus else None)
+        )
         database_url = servers.enter_context(database_server(data_dir))
         _say(f"NATS at {nats_url}; PostgreSQL ready")
         await asyncio.to_thread(upgrade, database_url)
-        nc = await connect(nats_url, name="nrt-up")
+        nc = await connect(nats_url, name="nrt-up", credentials=bus.credentials("nrt") if bus else None)
         await ensure_events_stream(nc.jetstream())
         await nc.close()
         gateway_url = f"http://{host}:{port}"
@@ -92,7 +96,9 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
             for service in SERVICES:
-                await supervisor.start(supervisor.python_module(service, service, env))
+                await supervisor.start(
+                    supervisor.python_module(service, service, env | (bus.env(service) if bus else {}))
+                )
             _say(f"services started ({', '.join(SERVICES)}); logs in {data_dir / 'logs'}")
             waiting = asyncio.create_task(_wait_ready(gateway_url, supervisor, ready_within))
             stopped = asyncio.create_task(stop.wait())
