@@ -14,6 +14,7 @@ The hot path (``nrt.route`` and the ``nrt.infer.*`` token stream) stays on raw n
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from faststream.message import StreamMessage
 from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker, NatsResponse
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from faststream.nats.security import NatsNKey, NatsSecurity
 from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -78,9 +80,12 @@ def new_broker(
 ) -> NatsBroker:
     """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames;
     authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``)."""
+    options = reconnecting(url, name, connect_timeout, credentials)
+    security = _security(options.pop("nkeys_seed", None), options.pop("tls", None))
     return NatsBroker(
         url,
-        **reconnecting(url, name, connect_timeout, credentials),
+        **options,
+        security=security,
         serializer=MsgSpecSerializer(),
         decoder=decode_body,
         middlewares=(
@@ -91,6 +96,15 @@ def new_broker(
         description=f"NRT {name}",
         graceful_timeout=5.0,
     )
+
+
+def _security(seed_file: str | None, tls: ssl.SSLContext | None) -> NatsSecurity | None:
+    """nats-py's ``nkeys_seed`` and ``tls`` options as FastStream takes them (its ``security``)."""
+    if seed_file is not None:
+        return NatsNKey(seed_file, ssl_context=tls, use_ssl=tls is not None or None)
+    if tls is not None:
+        return NatsSecurity(ssl_context=tls, use_ssl=True)
+    return None
 
 
 async def start_broker(
