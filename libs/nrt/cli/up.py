@@ -77,7 +77,9 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
     with contextlib.ExitStack() as servers:
         bus = stack_bus(data_dir)  # the seeds and server config in data_dir/bus (None: NRT_NATS_URL's server)
         nats_url = servers.enter_context(
-            nats_server(data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False, config_file=bus.config if bus else None)
+            nats_server(
+                data_dir / "nats", env_var="NRT_NATS_URL", use_docker=False, config_file=bus.config if bus else None
+            )
         )
         database_url = servers.enter_context(database_server(data_dir))
         _say(f"NATS at {nats_url}; PostgreSQL ready")
