@@ -45,7 +45,8 @@ async def test_a_service_answers_over_tls_with_the_ca(tls_bus: tuple[str, Path, 
         await serve_health(ctx)
         answer = await rpc.request(cli, health_subject("cluster_state"), HealthQuery(), Health, timeout=5)
         assert answer.service == "cluster_state"
-        assert cli.connected_url is not None and cli.connected_url.scheme == "tls"
+        assert cli.connected_url is not None
+        assert cli.connected_url.scheme == "tls"
     finally:
         await cli.close()
         await broker.stop()
