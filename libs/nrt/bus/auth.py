@@ -82,8 +82,10 @@ def permissions(identity: Service) -> Permissions:
             publish |= {f"{_JS}.STREAM.INFO.{_STREAM}", f"{_JS}.CONSUMER.CREATE.{_STREAM}", f"$JS.FC.{_STREAM}.>"}
         else:
             subscribe.add(_subject(channel.address, identity, "subscribe"))
-    if identity != "nrt":  # its own health subject: a container's health check runs `nrt health` as the service
-        publish.add(_subject("nrt.health.{service}", identity, "subscribe"))
+    health = next(c for c in CHANNELS if c.address == "nrt.health.{service}")
+    if identity in health.subscribers and identity not in health.publishers:
+        # its own health subject: a container's health check runs `nrt health` as the service
+        publish.add(_subject(health.address, identity, "subscribe"))
     if identity == RECORDER:
         consumer = f"{_STREAM}.{RECORDER_CONSUMER}"
         publish |= {
