@@ -50,3 +50,10 @@ def test_nrt_up_gives_each_service_its_own_seed_unless_the_server_is_someone_els
     monkeypatch.setenv("NRT_NATS_URL", "nats://elsewhere:4222")
     assert stack_bus(tmp_path / "other") is None
     assert not (tmp_path / "other").exists()
+
+
+def test_the_recorder_consumer_the_permissions_name_is_cluster_states() -> None:
+    from cluster_state.recorder import CONSUMER
+    from nrt.bus.auth import RECORDER_CONSUMER
+
+    assert RECORDER_CONSUMER == CONSUMER
