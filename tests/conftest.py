@@ -25,10 +25,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nrt.bus import subjects
+from nrt.bus.auth import CONFIG_FILE, ensure_credentials
 from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.infra import nats_server, postgres_server
+from nrt.infra.embedded_nats import EmbeddedNats
 from nrt.infra.pgurl import to_libpq, with_database
 from nrt.store import EventStore, upgrade
 
@@ -37,6 +39,21 @@ from nrt.store import EventStore, upgrade
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with nats_server(tmp_path_factory.mktemp("nats")) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def bus_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of per-service nkey seeds and the server config for them (``nrt.bus.auth``)."""
+    directory = tmp_path_factory.mktemp("bus")
+    ensure_credentials(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def secure_nats_url(tmp_path_factory: pytest.TempPathFactory, bus_keys: Path) -> Iterator[str]:
+    """An embedded nats-server that admits only the identities in ``bus_keys``, with their permissions."""
+    with EmbeddedNats(tmp_path_factory.mktemp("secure-nats"), config_file=bus_keys / CONFIG_FILE) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.bus import broker as bus
+from nrt.bus.connection import credentials_of
 from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
@@ -47,6 +48,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     instance: str
     uptime_s: float
     status: str = "ok"
+    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class ServiceContext:
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     started: float = field(default_factory=time.monotonic)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    counters: dict[str, Callable[[], int]] = field(default_factory=dict)  # named counts the health reply carries
 
     @property
     def nc(self) -> Client:
@@ -69,7 +72,12 @@ async def serve_health(ctx: ServiceContext) -> None:
 
     async def health(query: HealthQuery) -> Health:
         """Is this service instance alive: its name, instance id and uptime."""
-        return Health(service=ctx.name, instance=ctx.instance, uptime_s=time.monotonic() - ctx.started)
+        return Health(
+            service=ctx.name,
+            instance=ctx.instance,
+            uptime_s=time.monotonic() - ctx.started,
+            counters={name: count() for name, count in ctx.counters.items()},
+        )
 
     await bus.serve(ctx.broker, health_subject(ctx.name), health, title=f"{ctx.name}: health")
 
@@ -81,7 +89,7 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
     """Connect, answer health checks, run ``body`` until it returns or a signal arrives."""
     settings = settings or Settings.from_env()
     setup_tracing(name)
-    broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name)
+    broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name, credentials=credentials_of(settings))
     ctx = ServiceContext(name=name, settings=settings, broker=broker)
     await serve_health(ctx)
     loop = asyncio.get_running_loop()

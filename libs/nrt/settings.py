@@ -64,6 +64,15 @@ class Settings(BaseSettings):
         default=DEFAULT_NATS_URL,
         description="NATS of a running stack (`nats://host:4222`); `nrt up` starts an embedded one when unset",
     )
+    nats_nkey_seed_file: Path | None = Field(
+        default=None,
+        description="this process's NATS identity: an nkey seed file (`nrt up` sets it per service; "
+        "`nrt bus credentials DIR` writes them for compose); unset: an anonymous connection",
+    )
+    nats_tls_ca: Path | None = Field(
+        default=None,
+        description="CA bundle the NATS server's certificate must chain to (a `tls://` server); unset: the system's",
+    )
     database_url: str | None = Field(
         default=None,
         description="PostgreSQL of a running stack (`postgresql://user@host:5432/db`), used as given, database "

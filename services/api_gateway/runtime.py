@@ -21,6 +21,7 @@ from api_gateway.exchange import Inboxes
 from api_gateway.ratelimit import RateLimiter
 from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
+from nrt.bus.connection import credentials_of
 from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
@@ -67,7 +68,9 @@ class Runtime:
         delay = 0.2
         while True:
             try:
-                broker = await start_broker(self.settings.nats_url, "api_gateway")
+                broker = await start_broker(
+                    self.settings.nats_url, "api_gateway", credentials=credentials_of(self.settings)
+                )
                 break
             except ConnectionError as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
@@ -85,7 +88,7 @@ class Runtime:
             except Exception as exc:  # JetStream not ready yet
                 log.warning("cannot follow the event stream yet: %s", exc)
                 await asyncio.sleep(1.0)
-        emitter = EventEmitter(nc, outbox=Outbox.open(self.settings.home, "api_gateway"))
+        emitter = EventEmitter(nc, outbox=Outbox.open(self.settings.home, "api_gateway"), service="api_gateway")
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()

@@ -38,4 +38,5 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         tuning=settings.tuning(),
         keys=settings.keys(),
     )
+    ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     await service.run(ctx.stopping)

@@ -7,6 +7,13 @@ acknowledged. A crash before the commit redelivers the batch; a crash after the 
 but before the ack redelivers events the store already holds, which it skips by event
 id. Either way the log gets every event once, in stream order.
 
+An event is recorded only if the subject it arrived on may carry its type: the server lets each
+service publish only under its own prefix (``nrt.events.<service>.<Type>``, ``nrt.bus.auth``), and
+the contract says which services may publish each type (``contract.EVENT_PUBLISHERS``). Anything
+else (a worker's ``ManifestApplied``, a subject naming one type and a body another) is rejected:
+never stored nor folded, counted in ``rejected``, logged, and acknowledged with its batch so that
+it is not delivered again.
+
 On every start the consumer is positioned right after the checkpoint, so the log
 neither misses nor repeats what the stream holds, and nothing a killed predecessor had
 fetched waits for a redelivery behind newer events.
@@ -32,6 +39,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
+from nrt.bus.contract import may_carry
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.events import Event, EventDecodeError, decode
 from nrt.store import Checkpoint, EventLog, RecordedEvent
@@ -68,6 +76,7 @@ class Recorder:
         self.linger_s = linger_s
         self.caught_up = asyncio.Event()  # set after the first fetch that finds nothing new
         self.sequence = 0  # the stream sequence of the last recorded message
+        self.rejected = 0  # events whose subject may not carry their type: never stored
         self._sub: JetStreamContext.PullSubscription | None = None
 
     async def start(self) -> None:
@@ -158,9 +167,22 @@ class Recorder:
         events: list[Event] = []
         for msg in messages:
             try:
-                events.append(decode(msg.data))
+                event = decode(msg.data)
             except EventDecodeError as exc:
                 log.error("not recording the message at stream sequence %d: %s", msg.metadata.sequence.stream, exc)
+                continue
+            if not may_carry(msg.subject, event.type):
+                self.rejected += 1
+                log.error(
+                    "rejected %s %s at stream sequence %d: %s may not carry it (%d rejected since start)",
+                    event.type,
+                    event.event_id,
+                    msg.metadata.sequence.stream,
+                    msg.subject,
+                    self.rejected,
+                )
+                continue
+            events.append(event)
         last = messages[-1].metadata.sequence.stream
         result = await self.store.append(events, checkpoint=Checkpoint(consumer=self.consumer, sequence=last))
         self.sequence = last

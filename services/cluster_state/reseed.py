@@ -50,7 +50,9 @@ STATE_TYPES = tuple(t.__name__ for t in CONTROL_PLANE)
 async def stream_holds_manifest(js: JetStreamContext, cluster: ClusterState) -> bool:
     """Whether the stream's last ``ManifestApplied`` is the manifest in force in ``cluster``."""
     try:
-        message = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.event(ManifestApplied.__name__))
+        message = await js.get_last_msg(
+            subjects.EVENTS_STREAM, subjects.event("cluster_state", ManifestApplied.__name__)
+        )
         event = decode(message.data or b"")
     except (NotFoundError, EventDecodeError):
         return False

@@ -78,7 +78,7 @@ class ClusterStateService:
         self.keys = keys or {}  # the keys given at start, by scope (never logged)
         self.stopping = asyncio.Event()
         self.store = EventStore.connect(database_url)
-        self.publisher = EventPublisher(nc)
+        self.publisher = EventPublisher(nc, service="cluster_state")
         self.controller = Controller(
             broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning())
         )

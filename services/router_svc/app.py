@@ -49,7 +49,7 @@ async def run(ctx: ServiceContext, settings: RouterSettings | None = None, host:
     follower = EventFollower(ctx.broker)
     manifests = ManifestHistory(follower)
     await follower.start(types=CONTROL_PLANE)
-    emitter = EventEmitter(ctx.nc, outbox=Outbox.open(settings.home, "router_svc"))
+    emitter = EventEmitter(ctx.nc, outbox=Outbox.open(settings.home, "router_svc"), service="router_svc")
     await emitter.start()
     await host.start()
     router = Router(ctx.nc, manifests, emitter, host, settings)

@@ -31,6 +31,7 @@ from nats.aio.subscription import Subscription
 
 from nrt.bus import broker as bus
 from nrt.bus import rpc, subjects
+from nrt.bus.contract import Service
 from nrt.bus.errors import DeadlineExceeded
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
@@ -59,6 +60,11 @@ from specialist_worker.tiers import Tiers
 log = logging.getLogger("nrt.worker")
 
 
+def role_service(role: WorkerRole) -> Service:
+    """The service a worker of ``role`` runs in: whose event subjects (and bus credentials) it uses."""
+    return "router_svc" if role is WorkerRole.ROUTER else "specialist_worker"
+
+
 class Worker:
     def __init__(
         self,
@@ -85,7 +91,13 @@ class Worker:
         self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
         self._cancels: Subscription | None = None
         self.presence = Presence(
-            self.worker_id, resources, self.host, EventPublisher(self.nc), self._send_heartbeat, heartbeat_s, role
+            self.worker_id,
+            resources,
+            self.host,
+            EventPublisher(self.nc, service=role_service(role)),
+            self._send_heartbeat,
+            heartbeat_s,
+            role,
         )
         self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)

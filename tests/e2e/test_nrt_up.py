@@ -3,6 +3,7 @@ events in PostgreSQL, and a clean stop that leaves no process behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shlex
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import nats
 import psycopg
 import pytest
 from openai import OpenAI
@@ -20,6 +22,13 @@ from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 from nrt.infra.pgurl import to_libpq
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _anonymous(url: str) -> None:
+    client = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
+    await client.close()
+
+
 TINY = tiny_manifest("tiny-demo")
 
 
@@ -115,6 +124,11 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(  # type
     assert serve[0] == "specialist_worker"
     assert by_id[serve[1].parent_span_id] == f"router_svc dispatch {target}"
     assert not [name for name in named if "nrt.infer.router" in name]  # no NATS hop to the router model
+
+    # the bus admits only the stack's own identities, made on this first run (README: Security: the bus)
+    assert (stack.data_dir / "bus" / "nats-server.conf").is_file()
+    with pytest.raises(nats.errors.Error, match=r"(?i)authorization"):
+        asyncio.run(_anonymous(stack.endpoints.nats_url))
 
     children = descendants(stack.process.pid)
     assert len(children) >= 6  # nats-server, postgres, the four services

@@ -39,6 +39,7 @@ from cluster_state.service import ClusterStateService
 from nrt.bus import subjects
 from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
+from nrt.bus.credentials import BusCredentials
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
 from nrt.infra import free_port
@@ -151,10 +152,12 @@ async def apply_manifest(nc: Client, text: str, version: int = 1) -> Manifest:
     return manifest
 
 
-async def serve_router(nats_url: str, settings: RouterSettings) -> tuple[asyncio.Task[None], ServiceContext, Worker]:
+async def serve_router(
+    nats_url: str, settings: RouterSettings, credentials: BusCredentials | None = None
+) -> tuple[asyncio.Task[None], ServiceContext, Worker]:
     """router_svc's body and its health subject, as ``run_service`` runs them, and its router host
     (the entry model's worker), started: it has joined and obeys control commands."""
-    broker = await start_broker(nats_url, "router_svc")
+    broker = await start_broker(nats_url, "router_svc", credentials=credentials)
     ctx = ServiceContext(name="router_svc", settings=Settings(nats_url=nats_url, home=Path(".")), broker=broker)
     await serve_health(ctx)
     host = router_host(ctx, settings)
@@ -193,6 +196,7 @@ async def start_stack(
     router_settings: RouterSettings | None = None,
     edit: tuple[str, str] | None = None,
     database_url: str | None = None,
+    keys: Path | None = None,
 ) -> AsyncIterator[Stack]:
     """Apply ``manifest_file`` (version 1), start router_svc, load the models at the declared tiers
     (or ``loads``: model id -> tier): the entry model on router_svc, the others on one worker;
@@ -200,15 +204,23 @@ async def start_stack(
 
     With ``database_url`` (an empty, migrated database), cluster_state applies and places
     instead: it records the events there, bootstraps the manifest as version 1 and places
-    its models on the worker and router_svc, which send heartbeats."""
+    its models on the worker and router_svc, which send heartbeats.
+
+    With ``keys`` (a directory of ``nrt.bus.auth`` credentials, for a server that checks them), each
+    service connects as itself and the test's own connection as cluster_state (it applies manifests
+    and sends control commands)."""
     assert database_url is None or loads is None, "cluster_state places the models: no loads with a database"
-    nc = await connect(nats_url, name="nrt-test")
+
+    def as_identity(identity: str) -> BusCredentials | None:
+        return BusCredentials.of(keys, identity) if keys is not None else None
+
+    nc = await connect(nats_url, name="nrt-test", credentials=as_identity("cluster_state"))
     await fresh_events_stream(nc)
     text = fixture_manifest(manifest_file)
     if edit is not None:  # (old, new): a variant of the fixture manifest
         assert edit[0] in text
         text = text.replace(*edit)
-    worker_broker = await start_broker(nats_url, "specialist_worker")
+    worker_broker = await start_broker(nats_url, "specialist_worker", credentials=as_identity("specialist_worker"))
     worker_nc = worker_broker.connection
     worker = Worker(worker_broker, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
     router_settings = router_settings or RouterSettings(
@@ -221,7 +233,7 @@ async def start_stack(
         await record_keys(nc, KEYS)
         manifest = await apply_manifest(nc, text)
         await worker.start()
-        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
+        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings, as_identity("router_svc"))
         tiers = loads if loads is not None else {spec.id: spec.tier.value for spec in manifest.models}
         for model_id, tier in tiers.items():
             host = router_host if model_id == manifest.routing.entry else worker
@@ -237,13 +249,19 @@ async def start_stack(
         manifest = parse_manifest(text, "manifest v1")
         await worker.start()
         heartbeats = asyncio.create_task(worker.run_heartbeats(beating))
-        state_broker = await start_broker(nats_url, "cluster_state")
+        state_broker = await start_broker(nats_url, "cluster_state", credentials=as_identity("cluster_state"))
         cluster_state = ClusterStateService(
             state_broker, database_url, manifest_text=text, tuning=CLUSTER_STATE_TUNING, tick_s=0.2, keys=KEYS
         )
         await asyncio.wait_for(cluster_state.start(), 30)
-        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings)
-    settings = settings or GatewaySettings(nats_url=nats_url, route_timeout=10, idle_timeout=10, request_timeout=30)
+        router_task, router_ctx, router_host = await serve_router(nats_url, router_settings, as_identity("router_svc"))
+    settings = settings or GatewaySettings(
+        nats_url=nats_url,
+        route_timeout=10,
+        idle_timeout=10,
+        request_timeout=30,
+        nats_nkey_seed_file=keys / "api_gateway.nk" if keys is not None else None,
+    )
     port = free_port()
     server = _Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     gateway_task = asyncio.create_task(server.serve())

@@ -24,9 +24,11 @@ def _every_subject() -> list[str]:
         if name.isupper() and name not in not_subjects and isinstance(value, str)
     ]
     functions = [f for f in vars(subjects).values() if inspect.isfunction(f) and f.__module__ == subjects.__name__]
-    assert {f.__name__ for f in functions} == {"infer", "control", "event"}, "a new subject function: cover it here"
+    assert {f.__name__ for f in functions} == {"infer", "control", "event", "events_of", "event_origin"}, (
+        "a new subject function: cover it here"
+    )
     found += [subjects.infer("billing"), subjects.control("w1")]
-    found += [subjects.event(t.__name__) for t in EVENT_TYPES]
+    found += [subject for t in EVENT_TYPES for subject in contract.event_subjects(t.__name__)]
     found += [health_subject(service) for service in contract.SERVICES if service != "nrt"]
     return found
 
@@ -38,6 +40,18 @@ def test_every_subject_is_a_channel_of_the_contract(subject: str) -> None:
 
 def test_every_event_type_has_its_publishers() -> None:
     assert set(contract.EVENT_PUBLISHERS) == {t.__name__ for t in EVENT_TYPES}
+
+
+def test_an_event_subject_carries_only_the_types_its_service_may_publish() -> None:
+    assert contract.may_carry("nrt.events.cluster_state.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.events.specialist_worker.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.events.cluster_state.ManifestApplied", "RequestAdmitted")  # type mismatch
+    assert not contract.may_carry("nrt.events.ManifestApplied", "ManifestApplied")  # no publisher in the subject
+    assert not contract.may_carry("nrt.events.nobody.ManifestApplied", "ManifestApplied")
+    assert subjects.event_origin("nrt.events.api_gateway.RequestAdmitted") == ("api_gateway", "RequestAdmitted")
+    assert subjects.event_origin("nrt.route") is None
+    with pytest.raises(ValueError, match="RouterFired"):
+        contract.first_publisher("RouterFired")
 
 
 def test_the_asyncapi_document_lists_every_channel_with_each_party() -> None:

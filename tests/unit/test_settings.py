@@ -69,6 +69,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
     values = {
         "NRT_NATS_URL": ("nats://10.0.0.1:4222", "nats_url", "nats://10.0.0.1:4222"),
         "NRT_DATABASE_URL": ("postgresql://u@db:5432/x", "database_url", "postgresql://u@db:5432/x"),
+        "NRT_NATS_NKEY_SEED_FILE": ("/run/nrt/bus.nk", "nats_nkey_seed_file", Path("/run/nrt/bus.nk")),
+        "NRT_NATS_TLS_CA": ("/etc/nrt/ca.pem", "nats_tls_ca", Path("/etc/nrt/ca.pem")),
         "NRT_HOME": (str(tmp_path), "home", tmp_path),
         "NRT_LOG_LEVEL": ("debug", "log_level", "DEBUG"),
         "OTEL_EXPORTER_OTLP_ENDPOINT": ("http://jaeger:4318", "otlp_endpoint", "http://jaeger:4318"),
@@ -103,6 +105,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_MANIFEST": ("/etc/nrt.yaml", "manifest", Path("/etc/nrt.yaml")),
         "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),
         "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),
+        "NRT_GATEWAY_INSTANCE": ("abc123", "instance", "abc123"),
     }
     assert set(values) == {v.name for v in settings_doc.variables()}, "a variable without a test value"
     for name, (raw, _, _) in values.items():

@@ -14,6 +14,7 @@ The hot path (``nrt.route`` and the ``nrt.infer.*`` token stream) stays on raw n
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,11 +25,13 @@ from faststream.message import StreamMessage
 from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker, NatsResponse
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from faststream.nats.security import NatsNKey, NatsSecurity
 from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from nrt.bus.connection import reconnecting
+from nrt.bus.credentials import BusCredentials
 from nrt.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
 
 log = logging.getLogger("nrt.bus")
@@ -73,11 +76,17 @@ async def decode_body(message: StreamMessage[Any], original: Any) -> Any:
     return msgspec.json.decode(message.body) if message.body else {}
 
 
-def new_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBroker:
-    """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames."""
+def new_broker(
+    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> NatsBroker:
+    """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames;
+    authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``)."""
+    options = reconnecting(url, name, connect_timeout, credentials)
+    security = _security(options.pop("nkeys_seed", None), options.pop("tls", None))
     return NatsBroker(
         url,
-        **reconnecting(url, name, connect_timeout),
+        **options,
+        security=security,
         serializer=MsgSpecSerializer(),
         decoder=decode_body,
         middlewares=(
@@ -90,9 +99,20 @@ def new_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBrok
     )
 
 
-async def start_broker(url: str, name: str, *, connect_timeout: float = 5.0) -> NatsBroker:
+def _security(seed_file: str | None, tls: ssl.SSLContext | None) -> NatsSecurity | None:
+    """nats-py's ``nkeys_seed`` and ``tls`` options as FastStream takes them (its ``security``)."""
+    if seed_file is not None:
+        return NatsNKey(seed_file, ssl_context=tls, use_ssl=tls is not None or None)
+    if tls is not None:
+        return NatsSecurity(ssl_context=tls, use_ssl=True)
+    return None
+
+
+async def start_broker(
+    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> NatsBroker:
     """``new_broker`` connected and started; ConnectionError naming the URL when NATS is not there."""
-    broker = new_broker(url, name, connect_timeout=connect_timeout)
+    broker = new_broker(url, name, connect_timeout=connect_timeout, credentials=credentials)
     try:
         await broker.start()
     except Exception as exc:

@@ -8,12 +8,25 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
+from nrt.bus.credentials import BusCredentials
+from nrt.settings import Settings
+
 log = logging.getLogger("nrt.bus")
 
 
-def reconnecting(url: str, name: str, connect_timeout: float = 5.0) -> dict[str, Any]:
+def credentials_of(settings: Settings) -> BusCredentials:
+    """The bus credentials a process's settings name (NRT_NATS_NKEY_SEED_FILE, NRT_NATS_TLS_CA)."""
+    return BusCredentials(seed_file=settings.nats_nkey_seed_file, tls_ca=settings.nats_tls_ca)
+
+
+def reconnecting(
+    url: str, name: str, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> dict[str, Any]:
     """nats-py's options for a connection named ``name`` that reconnects forever and logs what happens
-    (also what every service's FastStream broker connects with)."""
+    (also what every service's FastStream broker connects with), authenticated by ``credentials``
+    (by default, those the environment names; none: anonymous)."""
+    if credentials is None:
+        credentials = credentials_of(Settings.from_env())
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats %s: %s", name, exc)
@@ -33,12 +46,16 @@ def reconnecting(url: str, name: str, connect_timeout: float = 5.0) -> dict[str,
         "error_cb": on_error,
         "disconnected_cb": on_disconnected,
         "reconnected_cb": on_reconnected,
+        **credentials.options(),
     }
 
 
-async def connect(url: str, name: str, connect_timeout: float = 5.0) -> Client:
-    """A NATS connection named ``name`` that reconnects forever with backoff."""
+async def connect(
+    url: str, name: str, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> Client:
+    """A NATS connection named ``name`` that reconnects forever with backoff (see ``reconnecting``)."""
+    options = reconnecting(url, name, connect_timeout, credentials)
     try:
-        return await nats.connect(url, **reconnecting(url, name, connect_timeout))
+        return await nats.connect(url, **options)
     except Exception as exc:
         raise ConnectionError(f"cannot connect to NATS at {url}: {exc}") from exc

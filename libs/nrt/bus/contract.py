@@ -63,7 +63,10 @@ class Channel:
         return ".".join("*" if part.startswith("{") else part for part in self.address.split("."))
 
 
-# router_svc is the entry model's worker: it joins, beats and records its tiers and sessions as workers do.
+# Which services may publish each event type: each publishes on its own subjects (``nrt.events.<service>.<Type>``,
+# the only event subjects the server lets it publish to), and the recorder and the followers take an event only
+# from a subject this table allows for its type. router_svc is the entry model's worker: it joins, beats and
+# records its tiers and sessions as workers do; cluster_state re-seeds a new stream from the log (``reseed``).
 EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "ManifestApplied": ("cluster_state",),
     "DrainStarted": ("cluster_state",),
@@ -71,7 +74,7 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "WorkerJoined": ("specialist_worker", "router_svc", "cluster_state"),
     "WorkerLost": ("specialist_worker", "router_svc", "cluster_state"),
     "ModelPlaced": ("cluster_state",),
-    "TierChanged": ("specialist_worker", "router_svc"),
+    "TierChanged": ("specialist_worker", "router_svc", "cluster_state"),  # cluster_state re-seeds it
     "SessionOpened": ("specialist_worker", "router_svc"),
     "SessionTouched": ("specialist_worker", "router_svc"),
     "SessionKvEvicted": ("specialist_worker", "router_svc"),
@@ -198,15 +201,16 @@ CHANNELS: tuple[Channel, ...] = (
         summary="Is a service alive: its instance id and uptime.",
     ),
     Channel(
-        address="nrt.events.{type}",
+        address="nrt.events.{service}.{type}",
         payload=AnyEvent,
         reply=None,
         publishers=("api_gateway", "router_svc", "specialist_worker", "cluster_state"),
         subscribers=("cluster_state", "api_gateway", "router_svc", "specialist_worker"),
         summary=(
-            f"Every fact, on the JetStream stream {subjects.EVENTS_STREAM} (message id = event id). cluster_state "
-            "records it in PostgreSQL (durable consumer); the others fold the control plane (ordered consumers). "
-            "Each event type's publishers: "
+            f"Every fact, on the JetStream stream {subjects.EVENTS_STREAM} (message id = event id), under its "
+            "publisher's own prefix. cluster_state records it in PostgreSQL (durable consumer) if its subject may "
+            "carry its type (else it is rejected, counted and logged); the others fold the control plane (ordered "
+            "consumers filtered on the allowed subjects). Each event type's publishers: "
             + "; ".join(f"{name}: {', '.join(by)}" for name, by in EVENT_PUBLISHERS.items())
         ),
         transport="jetstream",
@@ -221,6 +225,25 @@ def channel(address: str) -> Channel:
         if c.address == address:
             return c
     raise KeyError(address)
+
+
+def event_subjects(type_name: str) -> tuple[str, ...]:
+    """The subjects an event of ``type_name`` may arrive on: one per service allowed to publish it."""
+    return tuple(subjects.event(service, type_name) for service in EVENT_PUBLISHERS.get(type_name, ()))
+
+
+def may_carry(subject: str, type_name: str) -> bool:
+    """Whether an event of ``type_name`` may arrive on ``subject`` (its publisher is allowed that type)."""
+    origin = subjects.event_origin(subject)
+    return origin is not None and origin[1] == type_name and origin[0] in EVENT_PUBLISHERS.get(type_name, ())
+
+
+def first_publisher(type_name: str) -> Service:
+    """The first service the contract lets publish ``type_name`` (for tools and tests that publish as it)."""
+    publishers = EVENT_PUBLISHERS.get(type_name, ())
+    if not publishers:
+        raise ValueError(f"no service publishes {type_name} any more (only older logs hold it)")
+    return publishers[0]
 
 
 def covers(subject: str) -> bool:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.js.api import PubAck
 
-from nrt.bus import subjects
+from nrt.bus.contract import Service
+from nrt.bus.jetstream import event_subject
 from nrt.bus.outbox import Outbox
 from nrt.bus.tracing import inject
 from nrt.events import Event, encode
@@ -40,8 +41,11 @@ class EventEmitter:
         max_queued: int = 100_000,
         outbox: Outbox | None = None,
         max_retry_s: float = 5.0,
+        *,
+        service: Service | None = None,  # publish as this service (None: as each type's first publisher)
     ) -> None:
         self.js = nc.jetstream(timeout=ack_timeout)
+        self.service = service
         self.outbox = outbox
         self.ack_timeout = ack_timeout
         self.max_retry_s = max_retry_s
@@ -136,7 +140,10 @@ class EventEmitter:
             item = await self._queue.get()
             try:
                 future = await self.js.publish_async(
-                    subjects.event(item.event.type), item.data, headers=item.headers, wait_stall=self.ack_timeout
+                    event_subject(item.event.type, self.service),
+                    item.data,
+                    headers=item.headers,
+                    wait_stall=self.ack_timeout,
                 )
                 self._pending[future] = (item, time.monotonic())
                 future.add_done_callback(self._acknowledged)

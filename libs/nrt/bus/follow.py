@@ -20,6 +20,7 @@ from faststream.nats import JStream, NatsBroker
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from nrt.bus import subjects
+from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
 from nrt.events import AnyEvent, Event, decode
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.state import ClusterState, evolve
@@ -46,8 +47,15 @@ class EventFollower:
 
     async def start(self, *, types: Sequence[type[Event]] = (), latest_only: bool = False) -> None:
         """Start following every event, or only those of ``types``; ``latest_only`` starts from
-        the last event of each type instead of the beginning of the stream."""
-        config = ConsumerConfig(filter_subjects=[subjects.event(t.__name__) for t in types]) if types else None
+        the last event of each type (and publisher) instead of the beginning of the stream.
+
+        The consumer takes only the subjects the contract allows for each type: an event its
+        publisher may not send (a forgery on its own prefix) never reaches the fold."""
+        names = [t.__name__ for t in types] if types else list(EVENT_PUBLISHERS)
+        filters = [subject for name in names for subject in event_subjects(name)]
+        if not filters:
+            raise ValueError(f"no service publishes any of {', '.join(names)}: nothing to follow")
+        config = ConsumerConfig(filter_subjects=filters)
         subscriber = self.broker.subscriber(
             subjects.EVENTS_ALL,
             stream=JStream(subjects.EVENTS_STREAM, declare=False),

@@ -8,6 +8,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
+from nrt.bus.contract import Service, first_publisher
 from nrt.bus.tracing import inject
 from nrt.events import Event, encode
 
@@ -33,15 +34,23 @@ async def ensure_events_stream(js: JetStreamContext, name: str = subjects.EVENTS
     )
 
 
-class EventPublisher:
-    """Publishes events to JetStream; the event id is the message id, so a retry is never stored twice."""
+def event_subject(type_name: str, service: Service | None) -> str:
+    """The subject ``service`` publishes an event of ``type_name`` on; with no service, the subject of the
+    type's first publisher in the contract (tools and tests on an open bus)."""
+    return subjects.event(service or first_publisher(type_name), type_name)
 
-    def __init__(self, nc: Client, timeout: float = 5.0) -> None:
+
+class EventPublisher:
+    """Publishes events to JetStream as ``service``; the event id is the message id, so a retry is never stored
+    twice. Without a service each event goes out as its type's first publisher (``event_subject``)."""
+
+    def __init__(self, nc: Client, timeout: float = 5.0, *, service: Service | None = None) -> None:
         self.js = nc.jetstream(timeout=timeout)
+        self.service = service
 
     async def publish(self, event: Event) -> int:
         """Publish ``event``; returns its JetStream sequence once the stream has stored it."""
         ack = await self.js.publish(
-            subjects.event(event.type), encode(event), headers=inject({"Nats-Msg-Id": event.event_id})
+            event_subject(event.type, self.service), encode(event), headers=inject({"Nats-Msg-Id": event.event_id})
         )
         return ack.seq

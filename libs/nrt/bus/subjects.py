@@ -15,7 +15,7 @@ WORKER_HEARTBEAT = f"{PREFIX}.workers.heartbeat"  # worker -> cluster_state, eve
 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event
 EVENTS_PREFIX = f"{PREFIX}.events"
-EVENTS_ALL = f"{EVENTS_PREFIX}.>"
+EVENTS_ALL = f"{EVENTS_PREFIX}.>"  # nrt.events.<service>.<Type>
 
 INFER_QUEUE = "nrt-workers"  # queue group: several workers may serve one model
 
@@ -30,6 +30,20 @@ def control(worker_id: str) -> str:
     return f"{PREFIX}.control.{worker_id}"
 
 
-def event(type_name: str) -> str:
-    """The subject an event of ``type_name`` is published on."""
-    return f"{EVENTS_PREFIX}.{type_name}"
+def event(service: str, type_name: str) -> str:
+    """The subject ``service`` publishes an event of ``type_name`` on: under its own prefix, which the
+    server lets only that service publish to (``nrt.bus.auth``)."""
+    return f"{EVENTS_PREFIX}.{service}.{type_name}"
+
+
+def events_of(service: str) -> str:
+    """Every subject ``service`` may publish events on."""
+    return f"{EVENTS_PREFIX}.{service}.*"
+
+
+def event_origin(subject: str) -> tuple[str, str] | None:
+    """``(service, type)`` of an event subject (``nrt.events.<service>.<Type>``), None for any other subject."""
+    parts = subject.split(".")
+    if len(parts) != 4 or ".".join(parts[:2]) != EVENTS_PREFIX or not parts[2] or not parts[3]:
+        return None
+    return parts[2], parts[3]

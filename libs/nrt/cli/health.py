@@ -11,10 +11,14 @@ from nrt.bus import rpc
 from nrt.bus.connection import connect
 from nrt.cli.settings import cli_settings
 from nrt.service import Health, HealthQuery, health_subject
+from nrt.stack import endpoints
+from nrt.stack.bus import cli_credentials
 
 
 async def _ask(url: str, service: str, within: float) -> Health:
-    nc = await connect(url, name="nrt-health", connect_timeout=within)
+    nc = await connect(
+        url, name="nrt-health", connect_timeout=within, credentials=cli_credentials(url, endpoints.stack_dir())
+    )
     try:
         return await rpc.request(nc, health_subject(service), HealthQuery(), Health, timeout=within)
     finally:
@@ -33,4 +37,5 @@ def health(service: str, nats_url: str | None, within: float) -> None:
     except Exception as exc:
         click.echo(f"{service}: not healthy: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"{service}: {answer.status} ({answer.instance}, up {answer.uptime_s:.0f}s)")
+    counts = "".join(f", {name} {count}" for name, count in sorted(answer.counters.items()))
+    click.echo(f"{service}: {answer.status} ({answer.instance}, up {answer.uptime_s:.0f}s{counts})")

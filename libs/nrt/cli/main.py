@@ -20,6 +20,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("nrt.cli.audit", "audit"),
     ("nrt.cli.audit", "events"),
     ("nrt.cli.asyncapi", "asyncapi"),
+    ("nrt.cli.bus", "bus"),
 )
 
 

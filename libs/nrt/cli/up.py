@@ -26,6 +26,7 @@ from nrt.manifest_sources import footprint_of
 from nrt.stack import backing, endpoints
 from nrt.stack import keys as stack_keys
 from nrt.stack.backing import Backing
+from nrt.stack.bus import StackBus, stack_bus
 from nrt.stack.preflight import StackInUseError, claimed
 from nrt.stack.secrets import secret
 from nrt.stack.supervisor import Supervisor
@@ -54,9 +55,10 @@ def _prepare_models(manifest: Manifest) -> None:
             raise click.ClickException(f"could not prepare catalogue model {name}; see the output above")
 
 
-def embedded_nats(data_dir: Path) -> EmbeddedNats:
-    """The stack's own NATS server (not started): the one place its options are chosen."""
-    return EmbeddedNats(data_dir / "nats")
+def embedded_nats(data_dir: Path, bus: StackBus | None = None) -> EmbeddedNats:
+    """The stack's own NATS server (not started): the one place its options are chosen; with ``bus``,
+    its users, their nkeys and permissions (``nrt.bus.auth``): no anonymous client."""
+    return EmbeddedNats(data_dir / "nats", config_file=bus.config if bus is not None else None)
 
 
 def embedded_postgres(data_dir: Path) -> EmbeddedPostgres:
@@ -70,13 +72,13 @@ def _from_env(name: str) -> str | None:
 
 
 @contextlib.contextmanager
-def nats_backing(data_dir: Path) -> Iterator[Backing]:
+def nats_backing(data_dir: Path, bus: StackBus | None = None) -> Iterator[Backing]:
     """NRT_NATS_URL as given, else the embedded NATS in ``data_dir``, watched."""
     url = _from_env("NRT_NATS_URL")
     if url is not None:
         yield Backing("NATS", url)
         return
-    with backing.running("NATS", embedded_nats(data_dir), lambda s: s.address) as nats:
+    with backing.running("NATS", embedded_nats(data_dir, bus), lambda s: s.address) as nats:
         yield nats
 
 
@@ -152,8 +154,8 @@ def _service_env(
     }
 
 
-async def _prepare_stream(nats_url: str) -> None:
-    nc = await connect(nats_url, name="nrt-up")
+async def _prepare_stream(nats_url: str, bus: StackBus | None) -> None:
+    nc = await connect(nats_url, name="nrt-up", credentials=bus.credentials("nrt") if bus else None)
     await ensure_events_stream(nc.jetstream())
     await nc.close()
 
@@ -169,11 +171,18 @@ def _announce(gateway_url: str, api_key: str) -> None:
 
 
 async def _serve(
-    supervisor: Supervisor, env: dict[str, str], gateway_url: str, ready_within: float, stop: asyncio.Event
+    supervisor: Supervisor,
+    env: dict[str, str],
+    bus: StackBus | None,
+    gateway_url: str,
+    ready_within: float,
+    stop: asyncio.Event,
 ) -> bool:
-    """Start the services, wait for our gateway to be ready; False when stopped before that."""
+    """Start the services (each with its own bus identity), wait for our gateway to be ready; False when
+    stopped before that."""
     for service in SERVICES:
-        await supervisor.start(supervisor.python_module(service, service, env))
+        own = env | (bus.env(service) if bus is not None else {})
+        await supervisor.start(supervisor.python_module(service, service, own))
     waiting = asyncio.create_task(_wait_ready(gateway_url, env["NRT_GATEWAY_INSTANCE"], ready_within))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -191,11 +200,12 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with contextlib.ExitStack() as servers:
-        nats = servers.enter_context(nats_backing(data_dir))
+        bus = stack_bus(data_dir)  # the seeds and server config in data_dir/bus (None: NRT_NATS_URL's server)
+        nats = servers.enter_context(nats_backing(data_dir, bus))
         database = servers.enter_context(database_backing(data_dir))
         _say(f"NATS at {nats.url}; PostgreSQL ready")
         await asyncio.to_thread(upgrade, database.url)
-        await _prepare_stream(nats.url)
+        await _prepare_stream(nats.url, bus)
         watching = asyncio.create_task(backing.watch([nats, database], _say))
         gateway_url = f"http://{host}:{port}"
         instance = uuid.uuid4().hex
@@ -205,7 +215,7 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
             _say(f"starting {', '.join(SERVICES)}; logs in {data_dir / 'logs'}")
-            if await _serve(supervisor, env, gateway_url, ready_within, stop):
+            if await _serve(supervisor, env, bus, gateway_url, ready_within, stop):
                 found = endpoints.Endpoints(
                     nats_url=nats.url, database_url=database.url, gateway_url=gateway_url, pid=os.getpid()
                 )

@@ -67,7 +67,9 @@ def probe_jetstream(host: str, port: int, timeout: float = 1.0) -> str | None:
 
     Returns None when JetStream answers, else the reason it is not ready. Raises
     :class:`OSError` when the connection fails. Uses no asyncio, so it is safe to
-    call from inside a running event loop's thread.
+    call from inside a running event loop's thread. A server that requires
+    authentication (``EmbeddedNats(config_file=...)``) is ready once it greets with
+    JetStream on: it enables JetStream before it takes clients.
     """
     with socket.create_connection((host, port), timeout=timeout) as sock:
         reader = sock.makefile("rb")
@@ -77,6 +79,8 @@ def probe_jetstream(host: str, port: int, timeout: float = 1.0) -> str | None:
         info = json.loads(greeting[5:])
         if not info.get("jetstream"):
             return "the server runs without JetStream (start it with -js)"
+        if info.get("auth_required"):
+            return None  # an anonymous probe would be refused; JetStream is up before clients are taken
         connect = {"verbose": False, "pedantic": False, "protocol": 1, "headers": True, "no_responders": True}
         sock.sendall(
             f"CONNECT {json.dumps(connect)}\r\nSUB {_PROBE_INBOX} 1\r\n"
@@ -147,16 +151,22 @@ class EmbeddedNats(EmbeddedServer):
         server_name: str = "nrt-embedded",
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
+        config_file: Path | None = None,
+        scheme: str = "nats",
     ) -> None:
         super().__init__(data_dir, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.server_name = server_name
+        # a nats-server config (users and their permissions, TLS: ``nrt.bus.auth``); the command line's
+        # address, port, store and names override what it says about them
+        self.config_file = config_file
+        self.scheme = scheme  # "tls" when the config requires TLS
 
     # -- addresses ---------------------------------------------------------------
 
     @property
     def url(self) -> str:
-        """``nats://127.0.0.1:PORT``."""
-        return f"nats://{self.host}:{self.port}"
+        """``nats://127.0.0.1:PORT`` (``tls://`` with a TLS config)."""
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def address(self) -> str:
@@ -217,6 +227,7 @@ class EmbeddedNats(EmbeddedServer):
                 *("--store_dir", str(self.store_dir)),
                 *("--pid", str(self.pid_path)),
                 *("--ports_file_dir", str(data_dir)),
+                *(("--config", str(self.config_file)) if self.config_file is not None else ()),
             ],
             log_path=self.log_path,
             cwd=data_dir,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nrt.infra import pgurl
@@ -39,8 +40,11 @@ def nats_server(
     env_var: str | None = TEST_NATS_URL_ENV,
     use_docker: bool = True,
     docker_timeout: float = 1.0,
+    config_file: Path | None = None,
 ) -> Iterator[str]:
     """Yield the URL of a NATS server with JetStream, stopping it afterwards if we started it.
+
+    ``config_file`` (users and permissions: ``nrt.bus.auth``) applies to an embedded server only.
 
     In order: ``$env_var`` when set (used as is, nothing started); a container when
     ``use_docker`` and a Docker engine answers within ``docker_timeout`` (falls back
@@ -52,7 +56,7 @@ def nats_server(
         _log.info("NATS from $%s: %s", env_var, url)
         yield url
         return
-    if use_docker and docker_available(docker_timeout):
+    if use_docker and config_file is None and docker_available(docker_timeout):
         container = ContainerNats()
         try:
             container.start()
@@ -65,7 +69,7 @@ def nats_server(
             finally:
                 container.stop()
             return
-    with EmbeddedNats(data_dir) as nats:
+    with EmbeddedNats(data_dir, config_file=config_file) as nats:
         yield nats.url
 
 

@@ -13,8 +13,7 @@ from nrt.events import (
     ModelPlaced,
     RequestAdmitted,
     RequestCompleted,
-    RequestDispatched,
-    RouterFired,
+    RequestRouted,
     SessionKvEvicted,
     SessionOpened,
     SessionTouched,
@@ -95,25 +94,21 @@ def traffic(n_events: int, seed: int = 7, live_sessions: int = 64) -> Iterator[E
             session_id=session,
             stream=True,
         )
-        yield RouterFired(
+        scores = {m: rng.random() for m in MODELS[1:]}
+        yield RequestRouted(
             event_id=next_id(),
             occurred_at=tick(),
             request_id=request_id,
+            manifest_version=1,
             model_id="router",
+            worker_id="w1",
             intent=intent,
-            scores={m: rng.random() for m in MODELS[1:]},
-            latency_ms=rng.uniform(1, 5),
-            manifest_version=1,
-        )
-        yield RequestDispatched(
-            event_id=next_id(),
-            occurred_at=tick(),
-            request_id=request_id,
-            from_model="router",
-            to_model=intent,
-            intent=intent,
+            scores=scores,
+            confidence=scores[intent],
+            threshold=0.0,
+            target=intent,
             rule="router.output.intent -> specialists.{intent}",
-            manifest_version=1,
+            latency_ms=rng.uniform(1, 5),
         )
         yield SessionOpened(event_id=next_id(), occurred_at=tick(), session_id=session, model_id=intent, worker_id="w1")
         yield SessionTouched(
