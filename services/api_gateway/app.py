@@ -19,6 +19,7 @@ from litestar.di import Provide
 from litestar.logging.config import LoggingConfig
 from litestar.openapi import OpenAPIConfig
 
+from api_gateway.body import GatewayRequest
 from api_gateway.cluster import cluster_state, get_manifest, list_models, put_manifest
 from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
@@ -57,6 +58,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,
+        request_class=GatewayRequest,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="NRT API", version="0.1.0", path="/schema"),
         # the service shell configured logging (format, level) for every NRT service: keep it

@@ -151,7 +151,10 @@ async def chat_completions(
     with trace.use_span(span, end_on_exit=False):
         try:
             bus = runtime.require()
-            call = validate_chat(data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit)
+            settings = runtime.settings
+            call = validate_chat(
+                data, request.headers.get(SESSION_HEADER), settings.max_tokens_limit, settings.max_messages
+            )
             admission = await bus.gate.admit()
             routed = check_model(admission.manifest, admission.version, call.model) == "routed"
         except ApiError as error:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 # -- requests ---------------------------------------------------------------------------
+
+
+SEED_MAX = 2**63 - 1  # a non-negative signed 64-bit integer
+Seed = Annotated[int, msgspec.Meta(ge=0, le=SEED_MAX, description="the same seed and request, the same tokens")]
 
 
 class ContentPart(msgspec.Struct, kw_only=True):
@@ -35,7 +39,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     max_completion_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     n: int | None = None
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent

@@ -30,7 +30,9 @@ class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None
 
 
-def validate_chat(request: ChatCompletionRequest, session_header: str | None, max_tokens_limit: int) -> ChatCall:
+def validate_chat(
+    request: ChatCompletionRequest, session_header: str | None, max_tokens_limit: int, max_messages: int
+) -> ChatCall:
     """Check everything that does not depend on the manifest; raises ApiError (400)."""
     if not request.model:
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
@@ -38,7 +40,7 @@ def validate_chat(request: ChatCompletionRequest, session_header: str | None, ma
         raise ApiError(400, f"'n' must be 1, got {request.n}", code="invalid_value", param="n")
     return ChatCall(
         model=request.model,
-        messages=_messages(request.messages),
+        messages=_messages(request.messages, max_messages),
         params=_params(request, max_tokens_limit),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
@@ -61,9 +63,16 @@ def check_model(manifest: Manifest, version: int, model: str) -> ModelCall:
     return call
 
 
-def _messages(messages: list[MessageIn]) -> tuple[ChatMessage, ...]:
+def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
     if not messages:
         raise ApiError(400, "'messages' must contain at least one message", code="invalid_value", param="messages")
+    if len(messages) > limit:
+        raise ApiError(
+            400,
+            f"'messages' holds {len(messages)} messages; the limit is {limit}",
+            code="too_many_messages",
+            param="messages",
+        )
     out = []
     for i, message in enumerate(messages):
         role = ROLES.get(message.role)

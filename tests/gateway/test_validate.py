@@ -25,7 +25,7 @@ def chat(**fields: Any) -> ChatCompletionRequest:
 
 def rejected(request: ChatCompletionRequest, header: str | None = None) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        validate_chat(request, header, max_tokens_limit=1000)
+        validate_chat(request, header, max_tokens_limit=1000, max_messages=8)
     assert caught.value.status == 400
     return caught.value
 
@@ -49,6 +49,7 @@ def test_a_valid_request() -> None:
         ),
         None,
         1000,
+        8,
     )
     assert call.messages == (
         ChatMessage("system", "be brief"),
@@ -63,8 +64,8 @@ def test_a_valid_request() -> None:
 
 
 def test_the_session_header_wins_over_user() -> None:
-    assert validate_chat(chat(user="alice"), "conv-42", 1000).session_id == "conv-42"
-    assert validate_chat(chat(), None, 1000).session_id is None
+    assert validate_chat(chat(user="alice"), "conv-42", 1000, 8).session_id == "conv-42"
+    assert validate_chat(chat(), None, 1000, 8).session_id is None
     assert rejected(chat(), "bad id with spaces").param == "X-NRT-Session"
 
 
@@ -72,6 +73,7 @@ def test_the_session_header_wins_over_user() -> None:
     ("fields", "param", "message"),
     [
         ({"messages": []}, "messages", "at least one message"),
+        ({"messages": [USER] * 9}, "messages", "'messages' holds 9 messages; the limit is 8"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages", "role 'user'"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "'tool' is not supported"),
         ({"messages": [{"role": "user"}]}, "messages[0].content", "is missing"),

@@ -25,7 +25,8 @@ class Sampler:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.greedy = self.temperature <= 0.0
-        self._rng = np.random.default_rng(seed)
+        # numpy takes seeds in [0, 2**64): any other integer maps into it (the gateway sends 0 .. 2**63 - 1)
+        self._rng = np.random.default_rng(None if seed is None else seed % 2**64)
 
     def choose(self, logits: npt.NDArray[np.floating]) -> int:
         """The next token for one row of logits (shape ``[vocab]``)."""
