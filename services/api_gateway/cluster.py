@@ -6,7 +6,7 @@ import hmac
 import logging
 from typing import Any
 
-from litestar import Response, get, put
+from litestar import Response, get, put, route
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.handlers import BaseRouteHandler
@@ -14,6 +14,7 @@ from litestar.params import RawBody
 
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
+from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.broker import call
@@ -27,7 +28,11 @@ from nrt.state import ClusterState
 log = logging.getLogger("api_gateway")
 
 
-@get("/v1/models", summary="Every model of the manifest in force, with its declared tier and where it is loaded")
+@get(
+    "/v1/models",
+    summary="Every model of the manifest in force, with its declared tier and where it is loaded",
+    responses=errors(503, *KEYED),
+)
 async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
     bus = runtime.require()
     manifest = bus.gate.manifest()
@@ -93,6 +98,7 @@ STATE_TIMEOUT = 2.0
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
         f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`)."
     ),
+    responses=errors(503, *KEYED),
 )
 async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterState]:
     bus = runtime.require()
@@ -104,7 +110,7 @@ async def cluster_state(runtime: NamedDependency[Runtime]) -> Response[ClusterSt
     return Response(state, headers={STATE_SOURCE_HEADER: "cluster_state"})
 
 
-@get("/v1/manifest", summary="The manifest in force: version and text")
+@get("/v1/manifest", summary="The manifest in force: version and text", responses=errors(503, *KEYED))
 async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     state = runtime.require().follower.state
     if state.manifest_text is None:
@@ -125,6 +131,9 @@ def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandl
     guards=[admin_only],
     summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
     description="The body is the manifest text (YAML). Needs `Authorization: Bearer $NRT_ADMIN_KEY`.",
+    responses=errors(400, 401, 403, 409, 413, 422, 429, 500, 502, 503, 504),
+    security=[{ADMIN_SCHEME: []}],
+    operation_class=ManifestUpload,
 )
 async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
     try:
@@ -150,6 +159,14 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
         )
     except RemoteError as exc:
         raise ApiError.from_remote(exc) from None
+
+
+@route("/v1/manifest", http_method="OPTIONS", include_in_schema=False, status_code=204, sync_to_thread=False)
+def manifest_options() -> Response[None]:
+    """``OPTIONS /v1/manifest``. Litestar's own OPTIONS answer for a path served by two handlers lists
+    only the first one's methods; this one lists both. Register it before them."""
+    methods = sorted({*get_manifest.http_methods, *put_manifest.http_methods, "OPTIONS"})
+    return Response(None, status_code=204, headers={"Allow": ", ".join(methods)})
 
 
 def _authorize(header: str | None, admin_key: str | None) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import Stream
 from opentelemetry import trace
@@ -27,6 +28,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from api_gateway.errors import ApiError
 from api_gateway.exchange import RouteExchange
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
+from api_gateway.openapi_docs import KEYED, ChatOperation, errors
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import SSE_DONE, Transcript, sse, sse_error
 from api_gateway.validate import SESSION_HEADER, ChatCall, check_model, validate_chat
@@ -139,6 +141,15 @@ class Flight:
         "cache between turns. `stream: true` answers with server-sent events ending in `data: [DONE]`."
     ),
     status_code=200,
+    responses={
+        200: ResponseSpec(
+            ChatCompletion,
+            description="The completion, as JSON; with `stream: true`, as server-sent events (`text/event-stream`).",
+            generate_examples=False,
+        ),
+        **errors(400, 404, 413, 500, 502, 503, 504, *KEYED),
+    },
+    operation_class=ChatOperation,
 )
 async def chat_completions(
     data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]

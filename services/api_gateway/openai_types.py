@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 
 # -- requests ---------------------------------------------------------------------------
-
-
-SEED_MAX = 2**63 - 1  # a non-negative signed 64-bit integer
-Seed = Annotated[int, msgspec.Meta(ge=0, le=SEED_MAX, description="the same seed and request, the same tokens")]
 
 
 class ContentPart(msgspec.Struct, kw_only=True):
@@ -39,7 +35,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     max_completion_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    seed: Seed | None = None
+    seed: int | None = None
     stop: str | list[str] | None = None
     n: int | None = None
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent

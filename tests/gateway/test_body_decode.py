@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from litestar.exceptions import ValidationException
 
-from api_gateway.body import decode_json_body, nested_deeper_than
+from api_gateway.body import conform, decode_json_body, nested_deeper_than
 from api_gateway.errors import ApiError
+from api_gateway.openai_types import ChatCompletionRequest, StreamOptions
 
 
 def test_the_depth_scan_counts_levels_not_brackets_in_strings() -> None:
@@ -38,3 +40,16 @@ def test_bad_bodies_are_400(body: bytes, code: str, message: str) -> None:
 
 def test_a_body_within_the_bound_decodes() -> None:
     assert decode_json_body(b"[" * 64 + b"]" * 64) == json.loads("[" * 64 + "]" * 64)
+
+
+def test_bodies_conform_strictly_but_whole_floats_are_ints() -> None:
+    body = {"model": "m", "messages": [], "max_tokens": 5.0, "stream_options": {"include_usage": True}}
+    assert conform(body, ChatCompletionRequest)["max_tokens"] == 5
+    with pytest.raises(ValidationException) as caught:
+        conform({"include_usage": 0}, StreamOptions)  # Litestar alone would take 0 for false
+    assert caught.value.extra == [{"message": "Expected `bool`, got `int`", "key": "include_usage", "source": "body"}]
+    with pytest.raises(ValidationException) as top:
+        conform({"model": "m"}, ChatCompletionRequest)
+    assert top.value.extra == [{"message": "Object missing required field `messages`", "key": "data", "source": "body"}]
+    with pytest.raises(ValidationException):
+        conform({"model": "m", "messages": [], "max_tokens": "5"}, ChatCompletionRequest)

@@ -67,6 +67,7 @@ def test_the_session_header_wins_over_user() -> None:
     assert validate_chat(chat(user="alice"), "conv-42", 1000, 8).session_id == "conv-42"
     assert validate_chat(chat(), None, 1000, 8).session_id is None
     assert rejected(chat(), "bad id with spaces").param == "X-NRT-Session"
+    assert rejected(chat(user="alice\n")).param == "user"  # the whole value must match, no trailing newline
 
 
 @pytest.mark.parametrize(
@@ -85,6 +86,9 @@ def test_the_session_header_wins_over_user() -> None:
         ({"max_tokens": 0}, "max_tokens", "between 1 and 1000, got 0"),
         ({"max_tokens": 1001}, "max_tokens", "between 1 and 1000, got 1001"),
         ({"max_completion_tokens": -1}, "max_completion_tokens", "between 1 and 1000"),
+        ({"max_tokens": 0, "max_completion_tokens": 5}, "max_tokens", "between 1 and 1000, got 0"),
+        ({"seed": -1}, "seed", "'seed' must be between 0 and 9223372036854775807, got -1"),
+        ({"seed": 2**63}, "seed", "between 0 and 9223372036854775807"),
         ({"temperature": 3.0}, "temperature", "between 0 and 2"),
         ({"top_p": 0.0}, "top_p", "(0, 1]"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),

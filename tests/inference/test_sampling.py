@@ -45,3 +45,10 @@ def test_any_integer_seed_is_taken() -> None:
         draws = [Sampler(1.0, 1.0, seed=seed).choose(logits) for _ in range(2)]
         assert draws[0] == draws[1]
     assert Sampler(1.0, 1.0, seed=-1).choose(logits) == Sampler(1.0, 1.0, seed=2**64 - 1).choose(logits)
+
+
+def test_a_vanishing_temperature_is_greedy_without_overflow() -> None:
+    logits = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    with np.errstate(all="raise"):  # 1 / 1e-300 would overflow float32: no warning, no NaN
+        for temperature in (1e-300, 5e-324, 1e-7):
+            assert Sampler(temperature, 0.9, seed=1).choose(logits) == int(np.argmax(logits))
