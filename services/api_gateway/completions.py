@@ -22,6 +22,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import Stream
 from opentelemetry import trace
@@ -31,6 +32,7 @@ from api_gateway.auth import caller_key_id, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
+from api_gateway.openapi_docs import KEYED, ChatOperation, errors
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import SSE_DONE, Transcript, sse, sse_error
 from api_gateway.validate import SESSION_HEADER, ChatCall, check_model, validate_chat
@@ -190,6 +192,15 @@ class Flight:
         "cache between turns. `stream: true` answers with server-sent events ending in `data: [DONE]`."
     ),
     status_code=200,
+    responses={
+        200: ResponseSpec(
+            ChatCompletion,
+            description="The completion, as JSON; with `stream: true`, as server-sent events (`text/event-stream`).",
+            generate_examples=False,
+        ),
+        **errors(400, 404, 413, 500, 502, 503, 504, *KEYED),
+    },
+    operation_class=ChatOperation,
 )
 async def chat_completions(
     data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
@@ -202,7 +213,10 @@ async def chat_completions(
     with trace.use_span(span, end_on_exit=False):
         try:
             bus = runtime.require()
-            call = validate_chat(data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit)
+            settings = runtime.settings
+            call = validate_chat(
+                data, request.headers.get(SESSION_HEADER), settings.max_tokens_limit, settings.max_messages
+            )
             admission = await bus.gate.admit()
             routed = check_model(admission.manifest, admission.version, call.model) == "routed"
         except ApiError as error:

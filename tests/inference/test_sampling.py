@@ -36,3 +36,19 @@ def test_sampler_is_reproducible_and_respects_temperature() -> None:
     cold = Sampler(1e-4, 1.0, seed=3)
     assert {cold.choose(logits) for _ in range(50)} == {int(np.argmax(logits))}
     assert Sampler(0.0, 1.0, seed=None).choose(logits) == int(np.argmax(logits))
+
+
+def test_any_integer_seed_is_taken() -> None:
+    """numpy wants seeds in [0, 2**64): a negative or wider one maps into that range, reproducibly."""
+    logits = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    for seed in (-1, -(2**63), 2**64 + 5, 2**100):
+        draws = [Sampler(1.0, 1.0, seed=seed).choose(logits) for _ in range(2)]
+        assert draws[0] == draws[1]
+    assert Sampler(1.0, 1.0, seed=-1).choose(logits) == Sampler(1.0, 1.0, seed=2**64 - 1).choose(logits)
+
+
+def test_a_vanishing_temperature_is_greedy_without_overflow() -> None:
+    logits = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    with np.errstate(all="raise"):  # 1 / 1e-300 would overflow float32: no warning, no NaN
+        for temperature in (1e-300, 5e-324, 1e-7):
+            assert Sampler(temperature, 0.9, seed=1).choose(logits) == int(np.argmax(logits))
