@@ -106,6 +106,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),
         "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),
         "NRT_GATEWAY_INSTANCE": ("abc123", "instance", "abc123"),
+        "NRT_GATEWAY_MAX_MESSAGES": ("100", "max_messages", 100),
     }
     assert set(values) == {v.name for v in settings_doc.variables()}, "a variable without a test value"
     for name, (raw, _, _) in values.items():
