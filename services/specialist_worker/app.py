@@ -19,6 +19,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         heartbeat_s=settings.heartbeat_s,
         ort_threads=settings.worker_ort_threads,
         ort_spin=settings.worker_ort_spin,
+        remote=settings.remote_policy(),
     )
     await worker.start()
     try:

@@ -32,11 +32,13 @@ from nrt.protocol import (
 )
 from nrt.routing import Scored
 from nrt.vocabulary import Reason, Tier
-from specialist_worker import classify, remote
+from specialist_worker import classify
 from specialist_worker.hosting import ModelHost, session_key
 from specialist_worker.inflight import InFlight
 from specialist_worker.ports import EventSink, SpecLookup
 from specialist_worker.prompts import generation_request
+from specialist_worker.remote import answer as remote
+from specialist_worker.remote.transport import RemoteClient
 from specialist_worker.sources import RemoteEndpoint
 
 log = logging.getLogger("nrt.worker")
@@ -61,8 +63,10 @@ class Serving:
         events: EventSink,
         specs: SpecLookup,
         manifest: Callable[[], Manifest | None] = lambda: None,
+        remote_client: RemoteClient | None = None,
     ) -> None:
         self.worker_id, self.host, self.residency, self.events, self.specs = worker_id, host, residency, events, specs
+        self.remote = remote_client or RemoteClient()  # the remote tier's endpoints (close it on stop)
         self.manifest = manifest  # the manifest in force (an entry encoder calibrates from its examples)
         self.routers = classify.RouterIndexes()
         self.inflight = InFlight()  # generate requests being answered, for cancels
@@ -81,7 +85,8 @@ class Serving:
         model_id = request.model_id
         hosted = self.host.get(model_id)
         if isinstance(hosted.target, RemoteEndpoint):
-            async for answer in remote.generate(hosted.target, request, self.worker_id):
+            answers = remote.generate(self.remote, hosted.target, request, self.specs(model_id), self.worker_id)
+            async for answer in answers:
                 yield answer
             return
         cold_ms = await self.residency.ensure_resident(model_id, Reason.ON_DEMAND, True, request.manifest_version)

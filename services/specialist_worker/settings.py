@@ -6,6 +6,7 @@ from pydantic import Field, field_validator
 
 from nrt.settings import HeartbeatSettings
 from nrt.units import parse_size
+from specialist_worker.remote.policy import RemotePolicy
 
 
 class WorkerSettings(HeartbeatSettings):
@@ -40,6 +41,29 @@ class WorkerSettings(HeartbeatSettings):
         description="`1`: ONNX Runtime threads spin-wait between runs (faster on a host the worker has to itself; "
         "off by default, since on shared cores the spinning starves the other processes)",
     )
+
+    worker_remote_connect_timeout: float = Field(
+        default=5.0, gt=0, description="seconds to open a connection to a remote-tier endpoint"
+    )
+    worker_remote_read_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds a remote-tier endpoint may send nothing (before its answer, or within a stream) "
+        "before the request fails with 504",
+    )
+    worker_remote_connect_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="connections tried to a remote-tier endpoint before the request fails with 502 (only a failed "
+        "connect is retried: a request that reached the endpoint is never sent twice)",
+    )
+
+    def remote_policy(self) -> RemotePolicy:
+        return RemotePolicy(
+            connect_timeout_s=self.worker_remote_connect_timeout,
+            read_timeout_s=self.worker_remote_read_timeout,
+            connect_attempts=self.worker_remote_connect_attempts,
+        )
 
     @field_validator("worker_ram", mode="before")
     @classmethod

@@ -1,18 +1,33 @@
 """Manifest ``source`` strings to what the worker loads: a prepared artifact directory or a remote endpoint.
 
 Parsing and its error messages are the catalogue's (``nrt.catalogue.resolve_source``);
-this module adds what a worker needs: the artifact must already be prepared here.
+this module adds what a worker needs: the artifact must already be prepared here, and a
+remote endpoint's key must be in the variable that holds it (a load fails at once, naming it).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
 from nrt.bus.errors import BadRequest, Unavailable
-from nrt.catalogue import CatalogueSource, RemoteSource, SourceError, find_prepared, resolve_source
+from nrt.catalogue import (
+    ANTHROPIC_BASE_URL,
+    ANTHROPIC_KEY_ENV,
+    AnthropicSource,
+    CatalogueSource,
+    RemoteSource,
+    SourceError,
+    find_prepared,
+    resolve_source,
+)
 from nrt.inference.artifact import MODEL_FILE
+from nrt.manifest import ModelSpec
+
+RemoteProtocol = Literal["openai", "anthropic"]  # OpenAI chat completions, or the Anthropic Messages API
 
 
 class LocalArtifact(msgspec.Struct, frozen=True):
@@ -20,21 +35,36 @@ class LocalArtifact(msgspec.Struct, frozen=True):
 
 
 class RemoteEndpoint(msgspec.Struct, frozen=True, kw_only=True):
-    base_url: str  # an OpenAI-compatible API root, e.g. https://host/v1
-    model: str
-    api_key_env: str | None = None
+    base_url: str  # openai: the API root ending in /v1; anthropic: the root that /v1/messages is under
+    model: str  # the model's name at the endpoint
+    api_key_env: str | None = None  # the variable holding the endpoint's key (None: it takes none)
+    protocol: RemoteProtocol = "openai"
+
+    def api_key(self) -> str | None:
+        """The endpoint's key, read now (a rotated key is used at once); a clear 503 when its variable is unset."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise Unavailable(
+                f"the remote endpoint {self.base_url} needs its API key in ${self.api_key_env}, "
+                f"which is not set on this worker",
+                code="remote_key_missing",
+            )
+        return key
 
 
-def resolve(
-    source: str, remote_model: str | None = None, api_key_env: str | None = None
-) -> LocalArtifact | RemoteEndpoint:
-    """Where ``source`` lives on this worker; a clear error when it cannot be served here."""
+def resolve(source: str, spec: ModelSpec | None = None) -> LocalArtifact | RemoteEndpoint:
+    """Where ``source`` lives on this worker (``spec``: its manifest entry, for a remote endpoint's
+    model name, key variable and base URL); a clear error when it cannot be served here."""
     try:
         resolved = resolve_source(source)
     except SourceError as exc:
         raise BadRequest(str(exc), code="unresolvable_source") from exc
-    if isinstance(resolved, RemoteSource):
-        return RemoteEndpoint(base_url=resolved.base_url, model=remote_model or "default", api_key_env=api_key_env)
+    if isinstance(resolved, RemoteSource | AnthropicSource):
+        endpoint = remote_endpoint(resolved, spec)
+        endpoint.api_key()  # its key is there now, or the load fails naming the variable
+        return endpoint
     if isinstance(resolved, CatalogueSource):
         prepared = find_prepared(resolved.name)
         if prepared is None:
@@ -48,3 +78,17 @@ def resolve(
     if not (path / MODEL_FILE).is_file():
         raise BadRequest(f"source {source!r} is not an ONNX export directory (no {MODEL_FILE} in {path})")
     return LocalArtifact(str(path.resolve()))
+
+
+def remote_endpoint(source: RemoteSource | AnthropicSource, spec: ModelSpec | None) -> RemoteEndpoint:
+    """The endpoint a remote source names, with what its manifest entry adds."""
+    key_env = spec.api_key_env if spec is not None else None
+    if isinstance(source, AnthropicSource):
+        return RemoteEndpoint(
+            base_url=(spec.base_url if spec is not None and spec.base_url else ANTHROPIC_BASE_URL),
+            model=source.model,
+            api_key_env=key_env or ANTHROPIC_KEY_ENV,
+            protocol="anthropic",
+        )
+    model = spec.remote_model if spec is not None and spec.remote_model else "default"
+    return RemoteEndpoint(base_url=source.base_url, model=model, api_key_env=key_env)

@@ -39,7 +39,7 @@ class Tiers:
             spec = self.specs(model_id)
             started = time.perf_counter()
             try:
-                target = resolve(source, spec.remote_model if spec else None, spec.api_key_env if spec else None)
+                target = resolve(source, spec)
                 steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
             except Exception:
                 if model_id not in self.host.hosted:  # the placement did not happen: say so in the log

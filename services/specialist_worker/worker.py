@@ -53,6 +53,8 @@ from nrt.vocabulary import Reason, WorkerRole
 from specialist_worker.control import Control
 from specialist_worker.hosting import ModelHost
 from specialist_worker.presence import Presence
+from specialist_worker.remote.policy import RemotePolicy
+from specialist_worker.remote.transport import RemoteClient
 from specialist_worker.resources import HostResources
 from specialist_worker.serving import Serving
 from specialist_worker.tiers import Tiers
@@ -78,6 +80,7 @@ class Worker:
         promote_timeout: float = 60.0,
         role: WorkerRole = WorkerRole.SPECIALIST,
         max_queue: int = 64,
+        remote: RemotePolicy | None = None,
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
@@ -102,7 +105,13 @@ class Worker:
         self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(
-            self.worker_id, self.host, self.control, self.presence, self.spec, lambda: self.manifest.manifest
+            self.worker_id,
+            self.host,
+            self.control,
+            self.presence,
+            self.spec,
+            lambda: self.manifest.manifest,
+            RemoteClient(remote),
         )
         self.started = asyncio.Event()  # set once it has joined and obeys control commands
         self.started_at = 0.0  # time.monotonic() when it started
@@ -141,6 +150,7 @@ class Worker:
         if self._cancels is not None:
             await self._cancels.unsubscribe()
         await self.presence.leave(Reason.SHUTDOWN)
+        await self.serving.remote.aclose()
         await asyncio.to_thread(self.host.close)
 
     def spec(self, model_id: str) -> ModelSpec | None:

@@ -4,7 +4,15 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from nrt.catalogue import CatalogueSource, LocalSource, RemoteSource, SourceError, catalogue_names, resolve_source
+from nrt.catalogue import (
+    AnthropicSource,
+    CatalogueSource,
+    LocalSource,
+    RemoteSource,
+    SourceError,
+    catalogue_names,
+    resolve_source,
+)
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "minilm-l6", "tiny-llama"])
@@ -85,3 +93,16 @@ def test_other_schemes_are_errors(source: str) -> None:
 def test_empty_source_is_an_error() -> None:
     with pytest.raises(SourceError, match="empty"):
         resolve_source("  ")
+
+
+@pytest.mark.parametrize("model", ["claude-haiku-3", "claude-3-5-haiku-20241022", "claude-haiku-4-5@20251001"])
+def test_anthropic_sources_name_a_model_at_the_messages_api(model: str) -> None:
+    assert resolve_source(f"anthropic://{model}") == AnthropicSource(model=model)
+    assert str(AnthropicSource(model=model)) == f"anthropic://{model}"
+
+
+def test_an_anthropic_model_on_the_hub_says_how_to_serve_it() -> None:
+    with pytest.raises(SourceError) as error:
+        resolve_source("hf://anthropic/claude-haiku")
+    assert "not on the Hugging Face hub" in str(error.value)
+    assert "source: anthropic://claude-haiku-3" in str(error.value)

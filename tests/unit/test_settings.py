@@ -20,6 +20,7 @@ from nrt.cli.settings import CliSettings
 from nrt.policies import Tuning
 from nrt.settings import Settings, SettingsError, models_dir, nrt_home
 from router_svc.settings import RouterSettings
+from specialist_worker.remote.policy import RemotePolicy
 from specialist_worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
         False,
     )
     assert worker.heartbeat_s == 0.5
+    assert worker.remote_policy() == RemotePolicy(connect_timeout_s=5.0, read_timeout_s=60.0, connect_attempts=3)
     state = ClusterStateSettings.from_env()
     assert (state.manifest, state.heartbeat_s, state.missed_heartbeats) == (None, 0.5, 3)
     assert state.tuning() == Tuning(heartbeat_s=0.5)
@@ -102,6 +104,9 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
         "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
         "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
+        "NRT_WORKER_REMOTE_CONNECT_TIMEOUT": ("1.5", "worker_remote_connect_timeout", 1.5),
+        "NRT_WORKER_REMOTE_READ_TIMEOUT": ("30", "worker_remote_read_timeout", 30.0),
+        "NRT_WORKER_REMOTE_CONNECT_ATTEMPTS": ("2", "worker_remote_connect_attempts", 2),
         "NRT_MANIFEST": ("/etc/nrt.yaml", "manifest", Path("/etc/nrt.yaml")),
         "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),
         "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),

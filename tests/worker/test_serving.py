@@ -193,6 +193,14 @@ async def test_a_remote_model_streams_the_endpoint_answer_as_chunks(jobs: Jobs) 
     assert [(c.text, c.finish_reason) for c in chunks] == [("Hello", None), (" there", None), ("", "stop")]
     assert {(c.model_id, c.worker_id) for c in chunks} == {("fallback", "w-jobs")}
     assert [msgspec.json.decode(body) for body in bodies] == [
-        {"model": "default", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 5}
+        {
+            "model": "default",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},  # the endpoint's usage, on a last chunk
+            "max_tokens": 5,
+            "temperature": 0.0,  # the manifest's defaults, where the client set none
+            "top_p": 1.0,
+        }
     ]
     assert jobs.shell.of(PromoteModel) == []  # a remote model is never promoted

@@ -39,6 +39,9 @@ from nrt.catalogue.record import (
     verify,
 )
 from nrt.catalogue.sources import (
+    ANTHROPIC_BASE_URL,
+    ANTHROPIC_KEY_ENV,
+    AnthropicSource,
     CatalogueSource,
     LocalSource,
     RemoteSource,
@@ -50,12 +53,15 @@ from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZ
 from nrt.inference.errors import ArtifactError  # one error for an unusable artifact, at build and at load
 
 __all__ = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_KEY_ENV",
     "CATALOGUE",
     "CONFIG_FILE",
     "FORMAT_VERSION",
     "MODEL_FILE",
     "RECORD_FILE",
     "TOKENIZER_FILE",
+    "AnthropicSource",
     "ArtifactError",
     "ArtifactRecord",
     "ArtifactStatus",

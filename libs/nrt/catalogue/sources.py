@@ -4,6 +4,10 @@
 * ``file:///abs/dir`` or a plain path (``./models/x``, ``/srv/x``, ``~/x``)
                                a local ONNX export directory (optimum layout)
 * ``http(s)://host/.../v1``    a remote OpenAI-compatible endpoint (nothing to prepare)
+* ``anthropic://<model>``      a model behind the Anthropic Messages API (nothing to prepare);
+                               reached at ``https://api.anthropic.com`` unless the manifest's
+                               ``base_url`` says otherwise, its key in ``$ANTHROPIC_API_KEY``
+                               unless ``api_key_env`` names another variable
 
 Anything else, e.g. ``hf://neurometric/router-1b-v2``, is a :class:`SourceError` that says
 why it cannot be used offline and how to map it to a real artifact. Resolution is pure;
@@ -21,6 +25,11 @@ import msgspec
 from nrt.catalogue.catalogue import catalogue_names
 
 CATALOGUE_SCHEME = "catalogue"
+ANTHROPIC_SCHEME = "anthropic"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # where an anthropic:// model is reached by default
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"  # the variable holding its key, unless api_key_env names another
+REMOTE_SCHEMES = ("http", "https", ANTHROPIC_SCHEME)  # sources served by the remote tier
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -49,7 +58,14 @@ class RemoteSource(msgspec.Struct, frozen=True, tag="remote"):
         return self.base_url
 
 
-ResolvedSource = CatalogueSource | LocalSource | RemoteSource
+class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
+    model: str  # the model's name at the Anthropic Messages API, e.g. claude-haiku-3
+
+    def __str__(self) -> str:
+        return f"{ANTHROPIC_SCHEME}://{self.model}"
+
+
+ResolvedSource = CatalogueSource | LocalSource | RemoteSource | AnthropicSource
 
 
 def resolve_source(source: str, *, base_dir: PurePath | None = None) -> ResolvedSource:
@@ -67,6 +83,14 @@ def resolve_source(source: str, *, base_dir: PurePath | None = None) -> Resolved
         return _file(text, base_dir)
     if scheme in ("http", "https"):
         return _remote(text)
+    if scheme == ANTHROPIC_SCHEME:
+        return _anthropic(text, text[match.end() :])
+    if scheme == "hf" and text[match.end() :].lower().startswith("anthropic/"):
+        raise SourceError(
+            f"source {source!r}: Anthropic models are not on the Hugging Face hub; serve one on the remote tier "
+            f"as `source: anthropic://claude-haiku-3` with `tier: remote` (its key in ${ANTHROPIC_KEY_ENV}, "
+            f"or in the variable `api_key_env` names)"
+        )
     raise SourceError(
         f"source {source!r}: the {scheme}:// scheme cannot be fetched here (NRT runs offline and only "
         f"reads artifacts already on this machine). " + _how_to_map()
@@ -105,6 +129,16 @@ def _remote(text: str) -> RemoteSource:
     return RemoteSource(base_url=f"{parts.scheme.lower()}://{parts.netloc}{path}")
 
 
+def _anthropic(text: str, rest: str) -> AnthropicSource:
+    name = rest.strip("/")
+    if not _MODEL_NAME.match(name):
+        raise SourceError(
+            f"source {text!r}: expected anthropic://<model name>, e.g. anthropic://claude-haiku-3 "
+            f"(letters, digits and . _ : @ -)"
+        )
+    return AnthropicSource(model=name)
+
+
 def _join(base_dir: PurePath | None, path: str) -> str:
     if base_dir is None or path.startswith(("/", "~")):
         return path
@@ -120,5 +154,6 @@ def _how_to_map() -> str:
         f"Map it to a real artifact: a built-in model ({_names()}), or a local ONNX export directory "
         f"in optimum layout (model.onnx, tokenizer.json, config.json; e.g. `source: ./models/my-router-onnx`, "
         f"exported with `optimum-cli export onnx --task text-generation-with-past`), "
-        f"or, for tier remote, an OpenAI-compatible endpoint (`source: https://host/v1`)."
+        f"or, for tier remote, an OpenAI-compatible endpoint (`source: https://host/v1`) "
+        f"or an Anthropic model (`source: anthropic://claude-haiku-3`)."
     )

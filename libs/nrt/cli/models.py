@@ -17,6 +17,7 @@ from rich.table import Table
 from nrt import settings
 from nrt.catalogue import (
     CATALOGUE,
+    AnthropicSource,
     ArtifactError,
     ArtifactRecord,
     LocalSource,
@@ -127,8 +128,8 @@ def _local_artifact(text: str) -> PreparedArtifact:
         source = resolve_source(text)
     except SourceError as exc:
         _fail(str(exc), EXIT_UNKNOWN)
-    if isinstance(source, RemoteSource):
-        click.echo(f"{source.base_url} is a remote endpoint: nothing to prepare")
+    if isinstance(source, RemoteSource | AnthropicSource):
+        click.echo(f"{source} is a remote endpoint: nothing to prepare")
         sys.exit(0)
     if not isinstance(source, LocalSource):
         return _ready_catalogue(source.name)

@@ -53,9 +53,11 @@ class ModelSpec:
     # router calibrates its own, see nrt.routing.calibration).
     intents: tuple[tuple[str, tuple[str, ...]], ...] = ()
     confidence_threshold: float | None = None
-    # Remote tier only: the model name at the endpoint and the env var holding its key.
+    # Remote tier only: the model name at an OpenAI-compatible endpoint, the env var holding the
+    # endpoint's key, and where an anthropic:// model's API is (None: https://api.anthropic.com).
     remote_model: str | None = None
     api_key_env: str | None = None
+    base_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

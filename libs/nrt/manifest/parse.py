@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 from nrt.manifest.dispatch import DISPATCH_SETS, parse_rule
 from nrt.manifest.errors import ManifestError, Problem
@@ -46,6 +47,7 @@ MODEL_KEYS = (
     "generation",
     "remote_model",
     "api_key_env",
+    "base_url",
 )
 ROUTER_KEYS = (*MODEL_KEYS, "intents", "confidence_threshold")
 SPECIALIST_KEYS = ("id", *MODEL_KEYS)
@@ -55,6 +57,11 @@ LRU_KEYS = ("idle_threshold", "min_lifetime", "sweep_interval")
 DRAIN_KEYS = ("timeout", "admission_wait")
 RESERVED_IDS = ("router", "fallback")
 ID_CHARS = "letters, digits, '_' and '-'"
+
+
+def _http_url(text: str) -> bool:
+    parts = urlsplit(text.strip())
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and not parts.query
 
 
 def _no_footprint(_source: str) -> int | None:
@@ -239,12 +246,11 @@ class _Reader:
         if role is Role.ROUTER:
             intents = self.intents(data.get("intents"), (*path, "intents"))
             threshold = self.threshold(data.get("confidence_threshold"), (*path, "confidence_threshold"))
+        base_url = self.typed(data.get("base_url"), (*path, "base_url"), str, "an http(s) URL")
         resolved_tier = Tier(tier) if tier else Tier.RESIDENT
-        if source is not None and source.startswith(("http://", "https://")) and resolved_tier is not Tier.REMOTE:
-            self.fail(
-                (*path, "tier"),
-                f"an http(s) endpoint source is served remotely; tier must be 'remote', not '{resolved_tier.value}'",
-            )
+        if source is not None:
+            self.remote_fields(source, resolved_tier, remote_model, base_url, path)
+        base_url = base_url.strip().rstrip("/") if base_url else None
         if model_id is None or source is None:
             return None
         return ModelSpec(
@@ -264,7 +270,41 @@ class _Reader:
             confidence_threshold=threshold,
             remote_model=remote_model,
             api_key_env=api_key_env,
+            base_url=base_url,
         )
+
+    def remote_fields(
+        self, source: str, tier: Tier, remote_model: str | None, base_url: str | None, path: KeyPath
+    ) -> None:
+        """A remote source needs tier remote; ``base_url`` is for an anthropic:// source, ``remote_model``
+        for an OpenAI-compatible one (an Anthropic model is named in its source)."""
+        scheme = source.strip().split("://", 1)[0].lower() if "://" in source else ""
+        if scheme in ("http", "https") and tier is not Tier.REMOTE:
+            self.fail(
+                (*path, "tier"),
+                f"an http(s) endpoint source is served remotely; tier must be 'remote', not '{tier.value}'",
+            )
+        if scheme == "anthropic" and tier is not Tier.REMOTE:
+            self.fail(
+                (*path, "tier"),
+                f"an anthropic:// source is served remotely; tier must be 'remote', not '{tier.value}'",
+            )
+        if scheme == "anthropic" and remote_model is not None:
+            self.fail(
+                (*path, "remote_model"),
+                "an anthropic:// source names its model itself (anthropic://claude-haiku-3); remove 'remote_model'",
+            )
+        if base_url is None:
+            return
+        if scheme != "anthropic":
+            self.fail(
+                (*path, "base_url"),
+                "'base_url' is where an anthropic:// source's API is; an http(s) source is its own base URL",
+            )
+        elif not _http_url(base_url):
+            self.fail(
+                (*path, "base_url"), f"expected an http(s) URL such as https://api.anthropic.com, got {base_url!r}"
+            )
 
     def generation(self, value: object, path: KeyPath) -> Generation:
         data = self.mapping(value, path, GENERATION_KEYS, "generation")

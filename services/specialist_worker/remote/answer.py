@@ -1,0 +1,47 @@
+"""A worker's generate request answered by a remote endpoint, as the chunks of a local generation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from nrt.manifest import Generation, ModelSpec
+from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest
+from specialist_worker.remote import anthropic_messages, openai_chat
+from specialist_worker.remote.call import Piece, RemoteCall
+from specialist_worker.remote.transport import RemoteClient
+from specialist_worker.sources import RemoteEndpoint
+
+Wire = Callable[[RemoteClient, RemoteEndpoint, RemoteCall], AsyncIterator[Piece]]
+WIRES: dict[str, Wire] = {"openai": openai_chat.chat, "anthropic": anthropic_messages.chat}
+
+
+def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
+    """The call for ``request``: a raw prompt as one user turn; the client's settings over the manifest's."""
+    messages = (ChatMessage("user", request.prompt),) if request.prompt is not None else request.messages
+    defaults = spec.generation if spec is not None else Generation()
+    params = request.params
+    return RemoteCall(
+        messages=messages,
+        max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
+        temperature=params.temperature if params.temperature is not None else defaults.temperature,
+        top_p=params.top_p if params.top_p is not None else defaults.top_p,
+        seed=params.seed,
+        stop=tuple(dict.fromkeys((*params.stop, *defaults.stop))),
+        stream=request.stream,
+    )
+
+
+async def generate(
+    client: RemoteClient, endpoint: RemoteEndpoint, request: GenerateRequest, spec: ModelSpec | None, worker_id: str
+) -> AsyncIterator[GenerateChunk]:
+    """The endpoint's answer as chunks: one per piece when streaming, else one; the last carries
+    the finish reason and the endpoint's token usage."""
+    async for piece in WIRES[endpoint.protocol](client, endpoint, remote_call(request, spec)):
+        yield GenerateChunk(
+            request_id=request.request_id,
+            model_id=request.model_id,
+            worker_id=worker_id,
+            text=piece.text,
+            finish_reason=piece.finish_reason,
+            usage=piece.usage,
+        )

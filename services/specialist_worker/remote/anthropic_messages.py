@@ -1,0 +1,154 @@
+"""The Anthropic Messages wire format: ``POST {base_url}/v1/messages``, JSON or SSE.
+
+Headers ``x-api-key`` and ``anthropic-version: 2023-06-01``. System turns go in the top-level
+``system`` field; ``max_tokens`` is required. A stream is a sequence of typed events:
+``message_start`` (the input token count), ``content_block_start``, ``content_block_delta``
+(a ``text_delta`` carries text), ``content_block_stop``, ``message_delta`` (the stop reason and
+output token count), ``message_stop``; ``ping`` keeps it alive and ``error`` ends it with a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from nrt.protocol import FinishReason, Usage
+from specialist_worker.remote import failures, sse
+from specialist_worker.remote.call import Piece, RemoteCall, usage_of
+from specialist_worker.remote.transport import RemoteClient
+from specialist_worker.sources import RemoteEndpoint
+
+API_VERSION = "2023-06-01"
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+    def prompt_tokens(self) -> int:
+        """Every prompt token: Anthropic counts those read from and written to its cache apart."""
+        return self.input_tokens + (self.cache_read_input_tokens or 0) + (self.cache_creation_input_tokens or 0)
+
+    def usage(self, output_tokens: int | None = None) -> Usage:
+        completion = self.output_tokens if output_tokens is None else output_tokens
+        return usage_of(self.prompt_tokens(), completion, self.cache_read_input_tokens or 0)
+
+
+class _Block(msgspec.Struct):
+    type: str
+    text: str = ""
+
+
+class _Message(msgspec.Struct):
+    content: list[_Block] = []
+    stop_reason: str | None = None
+    usage: _Usage = msgspec.field(default_factory=_Usage)
+
+
+class _Event(msgspec.Struct):
+    type: str
+
+
+class _MessageStart(msgspec.Struct):
+    message: _Message
+
+
+class _TextDelta(msgspec.Struct):
+    type: str
+    text: str = ""
+
+
+class _BlockDelta(msgspec.Struct):
+    delta: _TextDelta
+
+
+class _StopDelta(msgspec.Struct):
+    stop_reason: str | None = None
+
+
+class _OutputUsage(msgspec.Struct):
+    output_tokens: int = 0
+
+
+class _MessageDelta(msgspec.Struct):
+    delta: _StopDelta = msgspec.field(default_factory=_StopDelta)
+    usage: _OutputUsage | None = None
+
+
+class _ErrorDetail(msgspec.Struct):
+    type: str = "api_error"
+    message: str = ""
+
+
+class _ErrorEvent(msgspec.Struct):
+    error: _ErrorDetail
+
+
+def finish_reason(stop_reason: str | None) -> FinishReason:
+    """Anthropic's stop reason as NRT's: ``max_tokens`` is ``length``; ``end_turn``, ``stop_sequence`` and the rest ``stop``."""
+    return "length" if stop_reason == "max_tokens" else "stop"
+
+
+def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object]:
+    system = "\n\n".join(m.content for m in call.messages if m.role == "system")
+    body: dict[str, object] = {
+        "model": endpoint.model,
+        "max_tokens": call.max_tokens,
+        "messages": [{"role": m.role, "content": m.content} for m in call.messages if m.role != "system"],
+        "temperature": call.temperature,
+        "stream": call.stream,
+    }
+    if system:
+        body["system"] = system
+    if call.top_p < 1.0:  # only when narrowed: some models take temperature or top_p, not both
+        body["top_p"] = call.top_p
+    if call.stop:
+        body["stop_sequences"] = list(call.stop)
+    return body
+
+
+def headers(endpoint: RemoteEndpoint) -> dict[str, str]:
+    key = endpoint.api_key()
+    sent = {"anthropic-version": API_VERSION}
+    if key:
+        sent["x-api-key"] = key
+    return sent
+
+
+async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall) -> AsyncIterator[Piece]:
+    """``call`` answered by ``endpoint``: text pieces as they come, then a last one with the finish and usage."""
+    url = f"{endpoint.base_url}/v1/messages"
+    async with client.post(endpoint, url, headers(endpoint), request_body(endpoint, call)) as response:
+        if not call.stream:
+            message = msgspec.json.decode(await response.aread(), type=_Message)
+            text = "".join(block.text for block in message.content if block.type == "text")
+            yield Piece(text, finish_reason(message.stop_reason), message.usage.usage())
+            return
+        prompt = _Usage()
+        stop_reason: str | None = None
+        output_tokens = 0
+        async for data in sse.data_events(response):
+            kind = msgspec.json.decode(data, type=_Event).type
+            if kind == "message_start":
+                prompt = msgspec.json.decode(data, type=_MessageStart).message.usage
+                output_tokens = prompt.output_tokens
+            elif kind == "content_block_delta":
+                delta = msgspec.json.decode(data, type=_BlockDelta).delta
+                if delta.type == "text_delta" and delta.text:
+                    yield Piece(delta.text)
+            elif kind == "message_delta":
+                update = msgspec.json.decode(data, type=_MessageDelta)
+                stop_reason = update.delta.stop_reason or stop_reason
+                if update.usage is not None:
+                    output_tokens = update.usage.output_tokens  # cumulative
+            elif kind == "message_stop":
+                yield Piece("", finish_reason(stop_reason), prompt.usage(output_tokens))
+                return
+            elif kind == "error":
+                error = msgspec.json.decode(data, type=_ErrorEvent).error
+                raise failures.anthropic_failure(endpoint, error.type, error.message)
+            # ping, content_block_start/stop and event types added later carry nothing to pass on
+        raise failures.bad_answer(endpoint, "the stream ended before message_stop")

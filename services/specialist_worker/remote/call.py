@@ -1,0 +1,39 @@
+"""What the remote tier sends and gets back, whatever the wire format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nrt.protocol import ChatMessage, FinishReason, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCall:
+    """One request to a remote endpoint: the conversation and the sampling settings in force
+    (the client's, over the manifest's defaults)."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A piece of the endpoint's answer; the last one has the finish reason and the usage."""
+
+    text: str
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+
+
+def usage_of(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        cached_tokens=cached_tokens,
+    )
