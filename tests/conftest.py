@@ -33,6 +33,7 @@ from nrt.infra import nats_server, postgres_server
 from nrt.infra.embedded_nats import EmbeddedNats
 from nrt.infra.pgurl import to_libpq, with_database
 from nrt.store import EventStore, upgrade
+from nrt.testing.stacks import link_tiny_models
 
 
 @pytest.fixture(scope="session")
@@ -176,9 +177,6 @@ def tiny_artifacts(tiny_models_root: Path) -> Path:
 @pytest.fixture
 def nrt_home(tiny_artifacts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """NRT_HOME for this test: its models/ holds the tiny artifacts as catalogue entries."""
-    home = tmp_path / "nrt-home"
-    (home / "models").mkdir(parents=True)
-    for name in ("tiny-llama", "tiny-bert"):
-        (home / "models" / name).symlink_to(tiny_artifacts / name)
+    home = link_tiny_models(tmp_path / "nrt-home", tiny_artifacts)
     monkeypatch.setenv("NRT_HOME", str(home))
     return home

@@ -17,6 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from nrt.stack import keys as stack_keys
 from nrt.stack.endpoints import Endpoints
 from nrt.testing.processes import alive, descendants
+from nrt.testing.stacks import tiny_manifest
 
 __all__ = ["STACK_ENV", "OtlpReceiver", "Stack", "alive", "descendants", "tiny_manifest"]
 
@@ -44,25 +45,6 @@ class Stack:
 
     def headers(self, admin: bool = False) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys.admin_key if admin else self.keys.api_key}"}
-
-
-def tiny_manifest(cluster: str) -> str:
-    """A manifest whose models are all the catalogue's tiny Llama: a router, a resident and a standby specialist.
-
-    The router trusts its best label whatever its odds against "none of these" (threshold 0): the
-    tiny random model's labels carry no meaning, and these tests follow a request to a specialist."""
-    return f"""\
-cluster: {cluster}
-resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
-models:
-  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
-  specialists:
-    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
-    - {{id: legal, source: "catalogue://tiny-llama", tier: standby}}
-routing:
-  entry: router
-  dispatch_rule: router.output.intent -> specialists.{{intent}}
-"""
 
 
 class OtlpReceiver:

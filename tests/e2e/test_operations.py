@@ -13,8 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,11 @@ from stack_processes import STACK_ENV, Stack, alive, descendants, tiny_manifest
 
 from nrt.cli.up import SERVICES
 from nrt.stack.endpoints import ENDPOINTS_FILE
+from nrt.testing import stacks
 
 TINY = tiny_manifest("tiny-ops")
+# transport errors count as "not yet"
+eventually = partial(stacks.eventually, retry_on=(httpx.HTTPError, openai.APIError, OSError))
 
 
 def nrt(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -63,22 +65,6 @@ def routed(stack: Stack, message: str, session: str | None = None) -> tuple[str,
     assert finish in ("stop", "length")
     assert target in ("billing", "legal")
     return request_id, target
-
-
-def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
-    """``check()``'s first truthy result; transport errors count as "not yet", failed assertions fail."""
-    deadline = time.monotonic() + within
-    while True:
-        error: Exception | None = None
-        try:
-            result = check()
-        except (httpx.HTTPError, openai.APIError, OSError) as exc:
-            result, error = None, exc
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within:g}s (last: {error or result!r})")
-        time.sleep(0.3)
 
 
 def live_state(stack: Stack) -> dict[str, Any]:

@@ -16,16 +16,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fault_kit import STACK_ENV, TINY_MANIFEST, FaultStack
+from fault_kit import STACK_ENV, FaultStack
 
 from nrt.infra import free_port
 from nrt.stack.endpoints import discover, stack_dir
+from nrt.testing.stacks import tiny_manifest
 
 
 @pytest.fixture
 def fault_stack(nrt_home: Path, tmp_path: Path) -> Iterator[FaultStack]:
     manifest = tmp_path / "tiny.yaml"
-    manifest.write_text(TINY_MANIFEST.format(cluster="tiny-faults"))
+    manifest.write_text(tiny_manifest("tiny-faults", legal_tier="resident"))
     log = tmp_path / "nrt-up.log"
     env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
     argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(free_port())]

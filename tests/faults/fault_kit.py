@@ -28,25 +28,12 @@ import httpx
 from nrt.stack import keys as stack_keys
 from nrt.stack.endpoints import Endpoints, stack_dir
 from nrt.store import EventStore
+from nrt.testing import stacks
 
 # where a stack's servers and gateway are; a stack started by `nrt up` is found without them
 STACK_ENV = ("NRT_NATS_URL", "NRT_DATABASE_URL", "NRT_GATEWAY_URL")
 REQUEST_EVENTS = ("RequestAdmitted", "RequestRouted", "RequestCompleted", "RequestFailed")
 MESSAGES = ("I was charged twice this month", "The app crashes when I upload a file", "Is this contract binding?")
-
-
-TINY_MANIFEST = """\
-cluster: {cluster}
-resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
-models:
-  router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
-  specialists:
-    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
-    - {{id: legal, source: "catalogue://tiny-llama", tier: resident}}
-routing:
-  entry: router
-  dispatch_rule: router.output.intent -> specialists.{{intent}}
-"""
 
 
 class FaultStack:
@@ -70,6 +57,10 @@ class FaultStack:
     def headers(self) -> dict[str, str]:
         """What a client of this stack sends with each request: its infer key."""
         return {"Authorization": f"Bearer {self._key(admin=False)}"}
+
+    def check_log(self, outcomes: list[Outcome]) -> LogReport:
+        """:func:`check_log` of ``outcomes`` against this stack's log and live state."""
+        return check_log(outcomes, self.endpoints.database_url, self.url, self.admin_headers, self.env)
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -261,18 +252,7 @@ def nrt(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = Non
 
 def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
     """``check()``'s first truthy result; transport errors count as "not yet", failed assertions fail."""
-    deadline = time.monotonic() + within
-    while True:
-        error: Exception | None = None
-        try:
-            result = check()
-        except (httpx.HTTPError, OSError) as exc:
-            result, error = None, exc
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within:g}s (last: {error or result!r})")
-        time.sleep(0.3)
+    return stacks.eventually(check, within, what, retry_on=(httpx.HTTPError, OSError))
 
 
 def live_state(url: str, headers: Mapping[str, str]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import asyncio
 import re
 import time
 
-from fault_kit import FaultStack, Outcome, Streamed, check_log, report, request_events, stream
+from fault_kit import FaultStack, Outcome, Streamed, report, request_events, stream
 
 from nrt.store import EventStore
 
@@ -61,9 +61,7 @@ def test_a_client_that_disconnects_cancels_its_generation_on_the_worker(fault_st
     assert failure == ("client_disconnected", 499)
     # the client saw a 200 and went away: not served, so it must be recorded as failed, once
     outcomes[-1] = Outcome(sent, 0.0, 200, out.request_id, "client_disconnected", routed=False)
-    log = check_log(
-        outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.admin_headers, fault_stack.env
-    )
+    log = fault_stack.check_log(outcomes)
     report(
         "client-disconnect",
         {"tokens_generated": generated, "of": LONG, "after_cancel": after_cancel, "chain_events": log.chain_events},

@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from fault_kit import FaultStack, Traffic, check_log, eventually, report, served
+from fault_kit import FaultStack, Traffic, eventually, report, served
 
 from nrt.cli.up import SERVICES
 from nrt.testing.processes import python_services
@@ -39,14 +39,7 @@ async def test_cluster_state_killed_under_load_loses_no_request_and_no_event(fau
     after_kill = [o for o in outcomes if o.sent_at >= killed_at]
     assert len(after_kill) >= 8
     assert failed == [], f"{len(failed)} of {len(outcomes)} requests failed: {failed[:5]}"
-    log = await asyncio.to_thread(
-        check_log,
-        outcomes,
-        fault_stack.endpoints.database_url,
-        fault_stack.url,
-        fault_stack.admin_headers,
-        fault_stack.env,
-    )
+    log = await asyncio.to_thread(fault_stack.check_log, outcomes)
     report(
         "cluster_state-sigkill",
         {

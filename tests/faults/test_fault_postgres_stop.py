@@ -13,7 +13,7 @@ import signal
 import statistics
 import time
 
-from fault_kit import FaultStack, Traffic, check_log, report, served
+from fault_kit import FaultStack, Traffic, report, served
 
 from nrt.testing.processes import descendants, executable_name
 
@@ -46,14 +46,7 @@ async def test_postgres_frozen_for_30s_loses_no_request_and_no_event(fault_stack
     failed = [o for o in outcomes if not served(o)]
     assert len(during) >= 8, f"only {len(during)} requests were sent while PostgreSQL was frozen"
     assert failed == [], f"{len(failed)} of {len(outcomes)} requests failed: {failed[:5]}"
-    log = await asyncio.to_thread(
-        check_log,
-        outcomes,
-        fault_stack.endpoints.database_url,
-        fault_stack.url,
-        fault_stack.admin_headers,
-        fault_stack.env,
-    )
+    log = await asyncio.to_thread(fault_stack.check_log, outcomes)
     latencies = sorted(o.took_s for o in during)
     report(
         "postgres-sigstop-30s",

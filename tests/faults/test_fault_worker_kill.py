@@ -15,7 +15,7 @@ import threading
 import time
 
 import httpx
-from fault_kit import FaultStack, Outcome, Streamed, check_log, report, stream
+from fault_kit import FaultStack, Outcome, Streamed, report, stream
 
 from nrt.testing.processes import python_services
 
@@ -92,9 +92,7 @@ def test_a_killed_worker_fails_its_streams_fast_and_the_stack_recovers(fault_sta
         outcomes.append(again)
         serving_again = time.monotonic() - killed_at
 
-    log = check_log(
-        outcomes, fault_stack.endpoints.database_url, fault_stack.url, fault_stack.admin_headers, fault_stack.env
-    )
+    log = fault_stack.check_log(outcomes)
     report(
         "worker-sigkill",
         {

@@ -13,14 +13,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from harness import Stack, start_stack
 
+from nrt.testing.stacks import link_tiny_models
+
 
 @pytest.fixture(scope="module")
 def module_nrt_home(tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """NRT_HOME for a whole module: its models/ holds the tiny artifacts as catalogue entries."""
-    home = tmp_path_factory.mktemp("nrt-home")
-    (home / "models").mkdir()
-    for name in ("tiny-llama", "tiny-bert"):
-        (home / "models" / name).symlink_to(tiny_artifacts / name)
+    home = link_tiny_models(tmp_path_factory.mktemp("nrt-home"), tiny_artifacts)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NRT_HOME", str(home))
         yield home

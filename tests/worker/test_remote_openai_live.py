@@ -32,6 +32,7 @@ from nrt.events import RequestCompleted
 from nrt.infra import free_port
 from nrt.infra.embedded_nats import EmbeddedNats
 from nrt.keys import bootstrap_event, key_id_of, key_sha256
+from nrt.testing.stacks import link_tiny_models
 from nrt.vocabulary import KeyScope
 from worker_calls import control
 
@@ -84,10 +85,7 @@ routing:
 @pytest.fixture(scope="module")
 def module_home(tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """NRT_HOME for both stacks, the tiny models in its models/; the remote's key in $NRT_TEST_REMOTE_KEY."""
-    home = tmp_path_factory.mktemp("nrt-home")
-    (home / "models").mkdir()
-    for name in ("tiny-llama", "tiny-bert"):
-        (home / "models" / name).symlink_to(tiny_artifacts / name)
+    home = link_tiny_models(tmp_path_factory.mktemp("nrt-home"), tiny_artifacts)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NRT_HOME", str(home))
         patch.setenv(KEY_ENV, REMOTE_KEY)
