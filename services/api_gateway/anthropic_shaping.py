@@ -26,12 +26,12 @@ from api_gateway.anthropic_types import (
     MessageDeltaBody,
     MessageStart,
     MessageStop,
+    MessageUsage,
     StopReason,
     StreamEvent,
     TextBlock,
     TextDelta,
     ToolUseBlock,
-    Usage,
 )
 from api_gateway.errors import ApiError
 from api_gateway.shaping import TOOL_NAME, Transcript
@@ -78,9 +78,9 @@ class MessageShape:
             return "stop_sequence", matched
         return "end_turn", None  # the end of the answer, or the model's (or the template's) own stop
 
-    def usage(self) -> Usage:
+    def usage(self) -> MessageUsage:
         usage = self.t.usage()
-        return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+        return MessageUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
 
     def message(self, ended: float) -> Message:
         tool_use = self.tool_use()
@@ -112,7 +112,7 @@ class MessageShape:
             content=[],
             stop_reason=None,
             stop_sequence=None,
-            usage=Usage(input_tokens=0, output_tokens=0),  # known at the end: message_delta carries both
+            usage=MessageUsage(input_tokens=0, output_tokens=0),  # known at the end: message_delta carries both
         )
         events: list[StreamEvent] = [MessageStart(message=start)]
         tool_use = self.tool_use()

@@ -21,7 +21,7 @@ class BlockIn(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
-class MessageIn(msgspec.Struct, kw_only=True):
+class MessageParam(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[BlockIn]
 
@@ -36,7 +36,7 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
 
     model: str
     max_tokens: int
-    messages: list[MessageIn]
+    messages: list[MessageParam]
     system: str | list[BlockIn] | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -68,7 +68,7 @@ class ToolUseBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_use
 ContentBlock = TextBlock | ToolUseBlock
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class MessageUsage(msgspec.Struct, kw_only=True):
     input_tokens: int
     output_tokens: int
 
@@ -80,7 +80,7 @@ class Message(msgspec.Struct, kw_only=True, tag_field="type", tag="message"):
     content: list[ContentBlock]
     stop_reason: StopReason | None
     stop_sequence: str | None
-    usage: Usage
+    usage: MessageUsage
     nrt: NrtInfo | None = None  # NRT's own account of the request (as on the OpenAI endpoint)
 
 
@@ -120,7 +120,7 @@ class MessageDeltaBody(msgspec.Struct, kw_only=True):
 
 class MessageDelta(msgspec.Struct, kw_only=True, tag_field="type", tag="message_delta"):
     delta: MessageDeltaBody
-    usage: Usage
+    usage: MessageUsage
     nrt: NrtInfo | None = None
 
 

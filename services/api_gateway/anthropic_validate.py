@@ -18,14 +18,16 @@ from nrt.protocol import ChatMessage, Role, SamplingParams
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
 
 
-def validate_messages(request: MessagesRequest, session_header: str | None, max_tokens_limit: int) -> ChatCall:
+def validate_messages(
+    request: MessagesRequest, session_header: str | None, max_tokens_limit: int, max_messages: int
+) -> ChatCall:
     """Check everything that does not depend on the manifest; raises ApiError (400)."""
     if not request.model:
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
     if request.tools:
         raise ApiError(400, no_tools("tools"), code="unsupported_parameter", param="tools")
     system = _text(request.system, "system") if request.system is not None else ""
-    messages = _messages(request)
+    messages = _messages(request, max_messages)
     return ChatCall(
         model=request.model,
         messages=((ChatMessage("system", system),) if system else ()) + messages,
@@ -38,9 +40,16 @@ def validate_messages(request: MessagesRequest, session_header: str | None, max_
     )
 
 
-def _messages(request: MessagesRequest) -> tuple[ChatMessage, ...]:
+def _messages(request: MessagesRequest, limit: int) -> tuple[ChatMessage, ...]:
     if not request.messages:
         raise ApiError(400, "'messages' must contain at least one message", code="invalid_value", param="messages")
+    if len(request.messages) > limit:
+        raise ApiError(
+            400,
+            f"'messages' holds {len(request.messages)} messages; the limit is {limit}",
+            code="too_many_messages",
+            param="messages",
+        )
     out = []
     for i, message in enumerate(request.messages):
         role = ROLES.get(message.role)

@@ -23,15 +23,16 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.logging.config import LoggingConfig
-from litestar.openapi import OpenAPIConfig
 
-from api_gateway.cluster import cluster_state, get_manifest, list_models, put_manifest
+from api_gateway.body import GatewayRequest
+from api_gateway.cluster import cluster_state, get_manifest, list_models, manifest_options, put_manifest
 from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
 from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
-from api_gateway.keys import create_key, list_keys, revoke_key
+from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
+from api_gateway.openapi_docs import document_chat_request, openapi_config
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
 
@@ -66,8 +67,10 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             create_message,
             list_models,
             cluster_state,
+            manifest_options,  # before the two handlers of its path
             get_manifest,
             put_manifest,
+            keys_options,  # before the two handlers of its path
             create_key,
             list_keys,
             revoke_key,
@@ -76,10 +79,12 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,
+        request_class=GatewayRequest,
         lifespan=[lifespan],
-        openapi_config=OpenAPIConfig(title="NRT API", version="0.1.0", path="/schema"),
+        openapi_config=openapi_config(),
         # the service shell configured logging (format, level) for every NRT service: keep it
         logging_config=LoggingConfig(configure_root_logger=False),
     )
     app.state.runtime = runtime
+    document_chat_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     return app

@@ -13,6 +13,7 @@ from msgspec.structs import replace
 from api_gateway.auth import admin_key, infer_key, is_admin
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
+from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors, options_handler
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.broker import call
@@ -30,6 +31,7 @@ log = logging.getLogger("api_gateway")
     "/v1/models",
     guards=[infer_key],
     summary="Every model of the manifest in force, with its declared tier and where it is loaded",
+    responses=errors(503, *KEYED),
 )
 async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
     bus = runtime.require()
@@ -98,6 +100,7 @@ STATE_TIMEOUT = 2.0
         f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). `api_keys` (hashes and usage) is "
         "empty unless the caller's key is an admin key."
     ),
+    responses=errors(503, *KEYED),
 )
 async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any, Any, Any]) -> Response[ClusterState]:
     bus = runtime.require()
@@ -112,7 +115,9 @@ async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any,
     return Response(state, headers={STATE_SOURCE_HEADER: source})
 
 
-@get("/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text")
+@get(
+    "/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text", responses=errors(503, *KEYED)
+)
 async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     state = runtime.require().follower.state
     if state.manifest_text is None:
@@ -127,6 +132,9 @@ async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     guards=[admin_key],
     summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
     description="The body is the manifest text (YAML). Needs an admin key (`Authorization: Bearer $NRT_ADMIN_KEY`).",
+    responses=errors(400, 401, 403, 409, 413, 422, 429, 500, 502, 503, 504),
+    security=[{ADMIN_SCHEME: []}],
+    operation_class=ManifestUpload,
 )
 async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
     try:
@@ -152,3 +160,6 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
         )
     except RemoteError as exc:
         raise ApiError.from_remote(exc) from None
+
+
+manifest_options = options_handler("/v1/manifest", get_manifest, put_manifest)

@@ -12,6 +12,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import Stream
 
@@ -19,6 +20,7 @@ from api_gateway.auth import infer_key
 from api_gateway.errors import ApiError
 from api_gateway.flight import Flight, take_off
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
+from api_gateway.openapi_docs import KEYED, ChatOperation, errors
 from api_gateway.runtime import Runtime
 from api_gateway.shaping import SSE_DONE, SSE_HEADERS, sse, sse_error
 from api_gateway.validate import SESSION_HEADER, validate_chat
@@ -35,6 +37,15 @@ from api_gateway.validate import SESSION_HEADER, validate_chat
         "cache between turns. `stream: true` answers with server-sent events ending in `data: [DONE]`."
     ),
     status_code=200,
+    responses={
+        200: ResponseSpec(
+            ChatCompletion,
+            description="The completion, as JSON; with `stream: true`, as server-sent events (`text/event-stream`).",
+            generate_examples=False,
+        ),
+        **errors(400, 404, 413, 500, 502, 503, 504, *KEYED),
+    },
+    operation_class=ChatOperation,
 )
 async def chat_completions(
     data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
@@ -43,7 +54,9 @@ async def chat_completions(
         "POST /v1/chat/completions",
         request,
         runtime,
-        lambda: validate_chat(data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit),
+        lambda: validate_chat(
+            data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit, runtime.settings.max_messages
+        ),
     )
     if flight.call.stream:
         return Stream(_events(flight, first), media_type="text/event-stream", headers={**SSE_HEADERS, **flight.headers})

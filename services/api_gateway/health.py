@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 from litestar import Response, get
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import Readiness
@@ -27,7 +28,11 @@ async def healthz() -> Healthz:
     return Healthz(status="ok")
 
 
-@get("/readyz", summary="Readiness: NATS connected, router_svc reachable, a manifest in force, its models served")
+@get(
+    "/readyz",
+    summary="Readiness: NATS connected, router_svc reachable, a manifest in force, its models served",
+    responses={503: ResponseSpec(Readiness, description="Not ready: `checks` says what is wrong.")},
+)
 async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
     checks = await readiness_checks(runtime)
     ready = all(v == "ok" for v in checks.values())

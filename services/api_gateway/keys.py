@@ -18,6 +18,7 @@ from msgspec.structs import asdict
 from api_gateway.auth import admin_key, caller_key_id
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, KeyUsageInfo
+from api_gateway.openapi_docs import KEYED, errors, options_handler
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.broker import call
@@ -60,6 +61,7 @@ def _usage(key: ApiKey) -> KeyUsageInfo:
     "/v1/keys",
     guards=[admin_key],
     status_code=201,
+    responses=errors(400, *KEYED, 502, 503, 504),
     summary="Create an API key (admin): the key is in this answer only; the log keeps its hash",
 )
 async def create_key(
@@ -86,7 +88,12 @@ async def create_key(
     return KeyCreated(key=key, **asdict(key_info(created, with_usage=False)))
 
 
-@get("/v1/keys", guards=[admin_key], summary="Every API key (admin): ids, names, scopes, limits, usage; never a key")
+@get(
+    "/v1/keys",
+    guards=[admin_key],
+    responses=errors(*KEYED, 503),
+    summary="Every API key (admin): ids, names, scopes, limits, usage; never a key",
+)
 async def list_keys(runtime: NamedDependency[Runtime]) -> KeyList:
     bus = runtime.require()
     try:  # cluster_state's fold counts each key's usage; the gateway's own follows no requests
@@ -102,6 +109,7 @@ async def list_keys(runtime: NamedDependency[Runtime]) -> KeyList:
     "/v1/keys/{key_id:str}",
     guards=[admin_key],
     status_code=200,
+    responses=errors(400, *KEYED, 404, 409, 502, 503, 504),
     summary="Revoke an API key (admin): refused from the next request on",
 )
 async def revoke_key(
@@ -128,3 +136,6 @@ def _not_folded(key_id: str) -> ApiError:
         f"{KEYS_TIMEOUT:g}s; it applies once it does",
         code="deadline_exceeded",
     )
+
+
+keys_options = options_handler("/v1/keys", create_key, list_keys)

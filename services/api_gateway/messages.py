@@ -11,11 +11,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
+from litestar.openapi import ResponseSpec
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Parameter, Schema
+from litestar.openapi.spec.operation import Operation
 from litestar.params import JSONBody
 from litestar.response import Stream
 
@@ -25,11 +29,47 @@ from api_gateway.anthropic_validate import validate_messages
 from api_gateway.auth import infer_key
 from api_gateway.errors import ApiError, from_http_exception
 from api_gateway.flight import Flight, take_off
+from api_gateway.openapi_docs import ERRORS, SESSION
 from api_gateway.runtime import Runtime
 from api_gateway.shaping import SSE_HEADERS
 from api_gateway.validate import SESSION_HEADER
 
 log = logging.getLogger("api_gateway")
+
+SSE_EVENT = Schema(
+    type=OpenAPIType.OBJECT,
+    required=["event", "data"],
+    properties={
+        "event": Schema(
+            type=OpenAPIType.STRING,
+            enum=[
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+                "error",
+            ],
+        ),
+        "data": Schema(type=OpenAPIType.STRING, description="the event as JSON, its `type` the event's name"),
+    },
+    description="One server-sent event of a streamed message (`stream: true`).",
+)
+
+
+@dataclass
+class MessagesOperation(Operation):
+    """``POST /v1/messages``: its 200 is JSON or Anthropic's server-sent events; the conversation id
+    may come in a header."""
+
+    def __post_init__(self) -> None:
+        ok = (self.responses or {}).get("200")
+        assert isinstance(ok, OpenAPIResponse), "document the JSON 200 first"
+        assert ok.content is not None
+        ok.content["text/event-stream"] = OpenAPIMediaType(schema=SSE_EVENT)
+        header = Parameter(name="X-NRT-Session", param_in="header", schema=SESSION, description=SESSION.description)
+        self.parameters = [*(self.parameters or []), header]
 
 
 def _error_response(error: ApiError) -> Response[ErrorEvent]:
@@ -72,6 +112,18 @@ def _on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[
         "`x-api-key` (what the Anthropic clients send) or `Authorization: Bearer`."
     ),
     status_code=200,
+    responses={
+        200: ResponseSpec(
+            Message,
+            description="The message, as JSON; with `stream: true`, as Anthropic's server-sent events.",
+            generate_examples=False,
+        ),
+        **{
+            status: ResponseSpec(ErrorEvent, description=ERRORS[status], generate_examples=False)
+            for status in (400, 401, 403, 404, 413, 429, 500, 502, 503, 504)
+        },
+    },
+    operation_class=MessagesOperation,
 )
 async def create_message(
     data: JSONBody[MessagesRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
@@ -80,7 +132,9 @@ async def create_message(
         "POST /v1/messages",
         request,
         runtime,
-        lambda: validate_messages(data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit),
+        lambda: validate_messages(
+            data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit, runtime.settings.max_messages
+        ),
     )
     shape = MessageShape(flight.transcript, flight.call.params.stop)
     if flight.call.stream:

@@ -37,6 +37,12 @@ class GatewaySettings(Settings):
         validation_alias="NRT_GATEWAY_MAX_TOKENS",
         description="the largest `max_tokens` a request may ask for",
     )
+    max_messages: int = Field(
+        default=2048,
+        gt=0,
+        validation_alias="NRT_GATEWAY_MAX_MESSAGES",
+        description="the most messages a chat request may hold",
+    )
     route_timeout: float = Field(
         default=30.0,
         gt=0,

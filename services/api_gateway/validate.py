@@ -14,9 +14,10 @@ from nrt.protocol import ChatMessage, Role, SamplingParams
 from nrt.routing import ModelCall, resolve_model
 
 SESSION_HEADER = "x-nrt-session"
-SESSION_PATTERN = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+SESSION_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")  # the whole value (fullmatch)
 ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP = 4
+SEED_MAX = 2**63 - 1  # seeds are non-negative signed 64-bit integers
 
 
 class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -30,7 +31,9 @@ class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None
 
 
-def validate_chat(request: ChatCompletionRequest, session_header: str | None, max_tokens_limit: int) -> ChatCall:
+def validate_chat(
+    request: ChatCompletionRequest, session_header: str | None, max_tokens_limit: int, max_messages: int
+) -> ChatCall:
     """Check everything that does not depend on the manifest; raises ApiError (400)."""
     if not request.model:
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
@@ -41,7 +44,7 @@ def validate_chat(request: ChatCompletionRequest, session_header: str | None, ma
             raise ApiError(400, no_tools(param), code="unsupported_parameter", param=param)
     return ChatCall(
         model=request.model,
-        messages=_messages(request.messages),
+        messages=_messages(request.messages, max_messages),
         params=_params(request, max_tokens_limit),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
@@ -72,9 +75,16 @@ def check_model(manifest: Manifest, version: int, model: str) -> ModelCall:
     return call
 
 
-def _messages(messages: list[MessageIn]) -> tuple[ChatMessage, ...]:
+def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
     if not messages:
         raise ApiError(400, "'messages' must contain at least one message", code="invalid_value", param="messages")
+    if len(messages) > limit:
+        raise ApiError(
+            400,
+            f"'messages' holds {len(messages)} messages; the limit is {limit}",
+            code="too_many_messages",
+            param="messages",
+        )
     out = []
     for i, message in enumerate(messages):
         role = ROLES.get(message.role)
@@ -117,12 +127,12 @@ def _content(message: MessageIn, index: int) -> str:
 
 
 def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
-    name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    for name, value in (("max_tokens", request.max_tokens), ("max_completion_tokens", request.max_completion_tokens)):
+        if value is not None and not 1 <= value <= limit:
+            raise ApiError(
+                400, f"'{name}' must be between 1 and {limit}, got {value}", code="invalid_value", param=name
+            )
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    if max_tokens is not None and not 1 <= max_tokens <= limit:
-        raise ApiError(
-            400, f"'{name}' must be between 1 and {limit}, got {max_tokens}", code="invalid_value", param=name
-        )
     temperature, top_p = request.temperature, request.top_p
     if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
         raise ApiError(
@@ -133,6 +143,10 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     if len(stop) > MAX_STOP or not all(stop):
         raise ApiError(400, f"'stop' must be up to {MAX_STOP} non-empty strings", code="invalid_value", param="stop")
+    if request.seed is not None and not 0 <= request.seed <= SEED_MAX:
+        raise ApiError(
+            400, f"'seed' must be between 0 and {SEED_MAX}, got {request.seed}", code="invalid_value", param="seed"
+        )
     return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=request.seed, stop=stop)
 
 
@@ -141,7 +155,7 @@ def session_from(header: str | None, user: str | None, field: str = "user") -> s
     value, param = (header, "X-NRT-Session") if header else (user, field)
     if not value:
         return None
-    if not SESSION_PATTERN.match(value):
+    if not SESSION_PATTERN.fullmatch(value):
         raise ApiError(
             400,
             f"{param} must be 1-128 characters of letters, digits and . _ : @ -, got {value[:40]!r}",

@@ -25,7 +25,7 @@ def chat(**fields: Any) -> ChatCompletionRequest:
 
 def rejected(request: ChatCompletionRequest, header: str | None = None) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        validate_chat(request, header, max_tokens_limit=1000)
+        validate_chat(request, header, max_tokens_limit=1000, max_messages=8)
     assert caught.value.status == 400
     return caught.value
 
@@ -49,6 +49,7 @@ def test_a_valid_request() -> None:
         ),
         None,
         1000,
+        8,
     )
     assert call.messages == (
         ChatMessage("system", "be brief"),
@@ -63,15 +64,17 @@ def test_a_valid_request() -> None:
 
 
 def test_the_session_header_wins_over_user() -> None:
-    assert validate_chat(chat(user="alice"), "conv-42", 1000).session_id == "conv-42"
-    assert validate_chat(chat(), None, 1000).session_id is None
+    assert validate_chat(chat(user="alice"), "conv-42", 1000, 8).session_id == "conv-42"
+    assert validate_chat(chat(), None, 1000, 8).session_id is None
     assert rejected(chat(), "bad id with spaces").param == "X-NRT-Session"
+    assert rejected(chat(user="alice\n")).param == "user"  # the whole value must match, no trailing newline
 
 
 @pytest.mark.parametrize(
     ("fields", "param", "message"),
     [
         ({"messages": []}, "messages", "at least one message"),
+        ({"messages": [USER] * 9}, "messages", "'messages' holds 9 messages; the limit is 8"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages", "role 'user'"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "'tool' is not supported"),
         ({"messages": [{"role": "user"}]}, "messages[0].content", "is missing"),
@@ -83,6 +86,9 @@ def test_the_session_header_wins_over_user() -> None:
         ({"max_tokens": 0}, "max_tokens", "between 1 and 1000, got 0"),
         ({"max_tokens": 1001}, "max_tokens", "between 1 and 1000, got 1001"),
         ({"max_completion_tokens": -1}, "max_completion_tokens", "between 1 and 1000"),
+        ({"max_tokens": 0, "max_completion_tokens": 5}, "max_tokens", "between 1 and 1000, got 0"),
+        ({"seed": -1}, "seed", "'seed' must be between 0 and 9223372036854775807, got -1"),
+        ({"seed": 2**63}, "seed", "between 0 and 9223372036854775807"),
         ({"temperature": 3.0}, "temperature", "between 0 and 2"),
         ({"top_p": 0.0}, "top_p", "(0, 1]"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),

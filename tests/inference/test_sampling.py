@@ -51,3 +51,19 @@ def test_top_k_draws_only_from_the_k_most_likely_tokens() -> None:
     runs = [[sampler.choose(logits) for _ in range(30)] for sampler in samplers]
     assert runs[0] == runs[1]  # the same seed, the same tokens
     assert len(set(runs[0])) > 1
+
+
+def test_any_integer_seed_is_taken() -> None:
+    """numpy wants seeds in [0, 2**64): a negative or wider one maps into that range, reproducibly."""
+    logits = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    for seed in (-1, -(2**63), 2**64 + 5, 2**100):
+        draws = [Sampler(1.0, 1.0, seed=seed).choose(logits) for _ in range(2)]
+        assert draws[0] == draws[1]
+    assert Sampler(1.0, 1.0, seed=-1).choose(logits) == Sampler(1.0, 1.0, seed=2**64 - 1).choose(logits)
+
+
+def test_a_vanishing_temperature_is_greedy_without_overflow() -> None:
+    logits = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    with np.errstate(all="raise"):  # 1 / 1e-300 would overflow float32: no warning, no NaN
+        for temperature in (1e-300, 5e-324, 1e-7):
+            assert Sampler(temperature, 0.9, seed=1).choose(logits) == int(np.argmax(logits))

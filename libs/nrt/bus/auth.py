@@ -163,3 +163,34 @@ def ensure_credentials(directory: Path, *, tls: ServerTls | None = None) -> Path
     config = directory / CONFIG_FILE
     config.write_text(server_config(keys, tls=tls))
     return config
+
+
+# -- the README's table -----------------------------------------------------------------------------
+
+
+def _jetstream_rights(identity: Service, rights: Permissions) -> str:
+    said: list[str] = []
+    if f"{_JS}.CONSUMER.CREATE.{_STREAM}" in rights.publish:
+        said.append("follow the stream (ephemeral consumers)")
+    if identity == RECORDER:
+        said.append(f"its durable consumer `{RECORDER_CONSUMER}` (fetch, ack), message reads (re-seed)")
+    if identity in STREAM_OWNERS:
+        said.append("create, update, delete the stream")
+    return "; ".join(said) or "-"
+
+
+def permission_table() -> str:
+    """Who may do what on the bus, as the README shows it (``python -m nrt.bus.auth`` prints it)."""
+    lines = ["| identity | publishes | subscribes | JetStream |", "|---|---|---|---|"]
+    for identity in SERVICES:
+        rights = permissions(identity)
+        publish = [s for s in rights.publish if not s.startswith("$JS")]
+        lines.append(
+            f"| `{identity}` | {', '.join(f'`{s}`' for s in publish) or '-'} "
+            f"| {', '.join(f'`{s}`' for s in rights.subscribe) or '-'} | {_jetstream_rights(identity, rights)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(permission_table(), end="")

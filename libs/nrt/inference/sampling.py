@@ -14,10 +14,13 @@ import numpy.typing as npt
 # vocabulary: the nucleus lies inside {p >= cutoff} whenever that set already holds top_p of
 # the mass, because every token left out is less likely than every token kept.
 _CUTOFFS = (1e-2, 1e-4, 1e-6)
+# Below this temperature, sampling is greedy: 1 / temperature would overflow float32 further down
+# (at about 3e-39), and long before that the most likely token takes all the mass anyway.
+GREEDY_BELOW = 1e-6
 
 
 class Sampler:
-    """Per-request token choice. ``temperature <= 0`` means greedy."""
+    """Per-request token choice. ``temperature < GREEDY_BELOW`` (0 included) means greedy."""
 
     __slots__ = ("_rng", "greedy", "temperature", "top_k", "top_p")
 
@@ -25,8 +28,9 @@ class Sampler:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.top_k = max(0, int(top_k))  # 0: no top-k cut
-        self.greedy = self.temperature <= 0.0
-        self._rng = np.random.default_rng(seed)
+        self.greedy = self.temperature < GREEDY_BELOW
+        # numpy takes seeds in [0, 2**64): any other integer maps into it (the gateway sends 0 .. 2**63 - 1)
+        self._rng = np.random.default_rng(None if seed is None else seed % 2**64)
 
     def choose(self, logits: npt.NDArray[np.floating]) -> int:
         """The next token for one row of logits (shape ``[vocab]``)."""

@@ -1,0 +1,185 @@
+"""What the OpenAPI schema says each route answers: its errors in the OpenAI shape, SSE, the manifest upload.
+
+Litestar documents a handler's success from its return type and, for a handler that takes
+parameters, a 400 in its own ``{status_code, detail}`` shape. The gateway answers every
+error as ``{"error": {...}}`` (:mod:`api_gateway.errors`): each route lists here every error
+status it can return, with the ``ErrorResponse`` component, which replaces Litestar's 400.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litestar import Response, route
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.spec import (
+    Components,
+    OpenAPI,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Parameter,
+    Reference,
+    RequestBody,
+    Schema,
+    SecurityScheme,
+)
+from litestar.openapi.spec.operation import Operation
+
+from api_gateway.openai_types import ErrorResponse
+from api_gateway.validate import MAX_STOP, ROLES, SEED_MAX, SESSION_HEADER, SESSION_PATTERN
+
+ERRORS: dict[int, str] = {
+    400: "The request is invalid: `message` names the problem, `param` the parameter.",
+    401: "No valid key: send `Authorization: Bearer <key>`.",
+    403: "The key may not do this, or the action is disabled.",
+    404: "The model does not exist in the manifest in force.",
+    409: "Another manifest swap is in progress.",
+    413: "The request body is larger than the gateway's limit (`NRT_GATEWAY_MAX_BODY_BYTES`).",
+    422: "The manifest is invalid: `problems` lists every problem.",
+    429: "Too many requests: retry after `Retry-After` seconds.",
+    500: "An unexpected error: `message` names it.",
+    502: "A service behind the gateway gave an invalid answer.",
+    503: "The cluster cannot serve this now: not connected, no manifest, no worker serves the model, "
+    "or a manifest swap outlasted the admission wait (`Retry-After`).",
+    504: "No answer within the deadline.",
+}
+KEYED = (401, 403, 429)  # /v1/* routes once API keys are on
+ADMIN_SCHEME = "AdminKey"
+
+
+def errors(*statuses: int) -> dict[int, ResponseSpec]:
+    """The error responses of a route: each status with its meaning, in the OpenAI error shape."""
+    return {
+        status: ResponseSpec(ErrorResponse, description=ERRORS[status], generate_examples=False)
+        for status in sorted(statuses)
+    }
+
+
+SSE_EVENT = Schema(
+    type=OpenAPIType.OBJECT,
+    required=["data"],
+    properties={
+        "data": Schema(
+            type=OpenAPIType.STRING,
+            description="a `ChatCompletionChunk` as JSON; after an error, an `ErrorResponse` as JSON; last, `[DONE]`",
+        ),
+        "event": Schema(type=OpenAPIType.STRING),
+    },
+    description="One server-sent event of a streamed chat completion (`stream: true`).",
+)
+
+
+SESSION = Schema(
+    type=OpenAPIType.STRING,
+    pattern=f"^({SESSION_PATTERN.pattern})?$",
+    description="a conversation id (empty: none); the model keeps its KV cache between the conversation's turns",
+)
+
+
+@dataclass
+class ChatOperation(Operation):
+    """``POST /v1/chat/completions``: its 200 is JSON or, when the request asks to stream, server-sent
+    events; the conversation id may come in a header."""
+
+    def __post_init__(self) -> None:
+        ok = (self.responses or {}).get("200")
+        assert isinstance(ok, OpenAPIResponse), "document the JSON 200 first"
+        assert ok.content is not None
+        ok.content["text/event-stream"] = OpenAPIMediaType(schema=SSE_EVENT)
+        header = Parameter(name="X-NRT-Session", param_in="header", schema=SESSION, description=SESSION.description)
+        assert header.name.lower() == SESSION_HEADER
+        self.parameters = [*(self.parameters or []), header]
+
+
+def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages: int) -> None:
+    """Write the rules :func:`api_gateway.validate.validate_chat` enforces into the request's schema
+    (its fields come from the msgspec types; the limits from the settings), so that a request the
+    schema allows is served and one it forbids gets a 400."""
+    schemas = openapi.components.schemas if openapi.components and openapi.components.schemas else {}
+    request, message, part = schemas["ChatCompletionRequest"], schemas["MessageIn"], schemas["ContentPart"]
+    fields = request.properties or {}
+    _value(fields["model"]).min_length = 1
+    messages = _value(fields["messages"])
+    messages.min_items, messages.max_items = 1, max_messages
+    messages.contains = Schema(type=OpenAPIType.OBJECT, required=["role"], properties={"role": Schema(const="user")})
+    messages.description = f"1 to {max_messages} messages, at least one from the user"
+    for name in ("max_tokens", "max_completion_tokens"):
+        _value(fields[name]).minimum, _value(fields[name]).maximum = 1, max_tokens_limit
+    temperature, top_p, seed, n = (_value(fields[k]) for k in ("temperature", "top_p", "seed", "n"))
+    temperature.minimum, temperature.maximum = 0, 2
+    top_p.exclusive_minimum, top_p.maximum = 0, 1
+    seed.minimum, seed.maximum = 0, SEED_MAX
+    n.const = 1
+    stop = fields["stop"]
+    assert isinstance(stop, Schema)
+    assert stop.one_of is not None
+    for option in stop.one_of:
+        assert isinstance(option, Schema)
+        if option.type == OpenAPIType.STRING:
+            option.min_length = 1
+        elif option.type == OpenAPIType.ARRAY:
+            option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
+    fields["user"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
+    request.examples = [
+        {"model": "router", "messages": [{"role": "user", "content": "I was charged twice"}], "max_tokens": 8}
+    ]
+    roles = message.properties or {}
+    _value(roles["role"]).enum = list(ROLES)
+    # content may be left out (or null) by the assistant only
+    message.any_of = [
+        Schema(properties={"role": Schema(const="assistant")}),
+        Schema(required=["content"], properties={"content": Schema(type=[OpenAPIType.STRING, OpenAPIType.ARRAY])}),
+    ]
+    part.required = ["text", "type"]
+    parts = part.properties or {}
+    _value(parts["type"]).const = "text"
+    parts["text"] = Schema(type=OpenAPIType.STRING)
+
+
+def _value(schema: Schema | Reference) -> Schema:
+    """The schema of a field's value: its non-null option when it may be null."""
+    assert isinstance(schema, Schema)
+    if schema.one_of is None:
+        return schema
+    options = [s for s in schema.one_of if isinstance(s, Schema) and s.type != OpenAPIType.NULL]
+    assert len(options) == 1, f"one non-null option expected, got {options}"
+    return options[0]
+
+
+@dataclass
+class ManifestUpload(Operation):
+    """``PUT /v1/manifest``: the body is the manifest's YAML text (the handler reads it raw)."""
+
+    def __post_init__(self) -> None:
+        text = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING, description="the manifest, as YAML"))
+        self.request_body = RequestBody(
+            content={"application/yaml": text, "text/plain": text}, required=True, description="the new manifest"
+        )
+
+
+def openapi_config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="NRT API",
+        version="0.1.0",
+        path="/schema",
+        components=Components(
+            security_schemes={
+                ADMIN_SCHEME: SecurityScheme(
+                    type="http", scheme="bearer", description="the admin key (`NRT_ADMIN_KEY`)"
+                )
+            }
+        ),
+    )
+
+
+def options_handler(path: str, *handlers: HTTPRouteHandler) -> HTTPRouteHandler:
+    """``OPTIONS path`` for a path served by several handlers: Litestar's own answer lists only the
+    first one's methods; this one lists them all. Register it before them."""
+    methods = ", ".join(sorted({"OPTIONS", *(m for h in handlers for m in h.http_methods)}))
+
+    def options() -> Response[None]:
+        return Response(None, status_code=204, headers={"Allow": methods})
+
+    return route(path, http_method="OPTIONS", include_in_schema=False, status_code=204, sync_to_thread=False)(options)

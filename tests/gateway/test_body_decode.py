@@ -1,0 +1,55 @@
+"""Decoding untrusted JSON bodies (pure): UTF-8, the nesting bound, the decoder's errors as 400s."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from litestar.exceptions import ValidationException
+
+from api_gateway.body import conform, decode_json_body, nested_deeper_than
+from api_gateway.errors import ApiError
+from api_gateway.openai_types import ChatCompletionRequest, StreamOptions
+
+
+def test_the_depth_scan_counts_levels_not_brackets_in_strings() -> None:
+    assert not nested_deeper_than(b"[" * 3 + b"]" * 3, 3)
+    assert nested_deeper_than(b"[" * 4 + b"]" * 4, 3)
+    assert nested_deeper_than(b'{"a":{"b":[[1]]}}', 3)
+    assert not nested_deeper_than(b'{"a":"[[[[[[","b":["]]]]\\"[[["]}', 3)  # brackets inside strings
+    assert not nested_deeper_than(b"[[[[[[", 3)  # unbalanced: malformed, for the JSON decoder to report
+    wide = json.dumps({"messages": [[{"a": [1]}] for _ in range(1000)]}).encode()  # many brackets, depth 5
+    assert not nested_deeper_than(wide, 5)
+    assert nested_deeper_than(wide, 4)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        (b'{"a": "\xff"}', "invalid_encoding", "not valid UTF-8 (invalid start byte at byte 7)"),
+        (b"[" * 65 + b"]" * 65, "too_deep", "more than 64 levels deep"),
+        (b'{"a": [1, }', "invalid_json", "not valid JSON"),
+    ],
+)
+def test_bad_bodies_are_400(body: bytes, code: str, message: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        decode_json_body(body)
+    assert (caught.value.status, caught.value.code) == (400, code)
+    assert message in caught.value.message
+
+
+def test_a_body_within_the_bound_decodes() -> None:
+    assert decode_json_body(b"[" * 64 + b"]" * 64) == json.loads("[" * 64 + "]" * 64)
+
+
+def test_bodies_conform_strictly_but_whole_floats_are_ints() -> None:
+    body = {"model": "m", "messages": [], "max_tokens": 5.0, "stream_options": {"include_usage": True}}
+    assert conform(body, ChatCompletionRequest)["max_tokens"] == 5
+    with pytest.raises(ValidationException) as caught:
+        conform({"include_usage": 0}, StreamOptions)  # Litestar alone would take 0 for false
+    assert caught.value.extra == [{"message": "Expected `bool`, got `int`", "key": "include_usage", "source": "body"}]
+    with pytest.raises(ValidationException) as top:
+        conform({"model": "m"}, ChatCompletionRequest)
+    assert top.value.extra == [{"message": "Object missing required field `messages`", "key": "data", "source": "body"}]
+    with pytest.raises(ValidationException):
+        conform({"model": "m", "messages": [], "max_tokens": "5"}, ChatCompletionRequest)
