@@ -32,7 +32,7 @@ from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
-from api_gateway.openapi_docs import document_chat_request, openapi_config
+from api_gateway.openapi_docs import document_chat_request, document_messages_request, openapi_config
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
 
@@ -87,4 +87,5 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
     )
     app.state.runtime = runtime
     document_chat_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
+    document_messages_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     return app
