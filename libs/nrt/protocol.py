@@ -64,6 +64,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None  # sample from the k most likely tokens only
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
@@ -154,6 +155,7 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
     usage: Usage | None = None
     timings: Timings | None = None
     cold_start_ms: float | None = None  # set when this request had to promote the model first
+    stop_sequence: str | None = None  # the last chunk: the stop sequence that ended the answer, if one did
     route: Dispatch | None = None  # the first chunk of a routed request: the router's decision
     received_at: float | None = None  # unix time the request reached the worker
     sent_at: float | None = None  # unix time the worker sent this chunk

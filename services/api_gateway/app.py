@@ -1,6 +1,7 @@
-"""api_gateway: the HTTP face of the cluster (Litestar), OpenAI-compatible.
+"""api_gateway: the HTTP face of the cluster (Litestar), OpenAI- and Anthropic-compatible.
 
-- ``POST /v1/chat/completions``: routed (``model`` = the entry model) or direct; JSON or SSE.
+- ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic): routed
+  (``model`` = the entry model) or direct; JSON or SSE.
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
 - ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
@@ -9,7 +10,8 @@ Every ``/v1`` route needs an API key (``api_gateway.auth``); health and the sche
 - The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people); the NATS message
   contract as AsyncAPI at ``/schema/asyncapi.json``.
 
-Errors are in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
+Errors are in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``, except
+``/v1/messages``'s, in Anthropic's ``{"type": "error", "error": {"type", "message", ...}}``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from api_gateway.contract import asyncapi_document
 from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
-from api_gateway.openapi_docs import document_chat_request, openapi_config
+from api_gateway.messages import create_message
+from api_gateway.openapi_docs import document_chat_request, document_messages_request, openapi_config
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
 
@@ -61,6 +64,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             healthz,
             readyz,
             chat_completions,
+            create_message,
             list_models,
             cluster_state,
             manifest_options,  # before the two handlers of its path
@@ -83,4 +87,5 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
     )
     app.state.runtime = runtime
     document_chat_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
+    document_messages_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     return app

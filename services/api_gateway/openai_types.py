@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime  # at run time: msgspec resolves the annotations
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -26,7 +26,8 @@ class StreamOptions(msgspec.Struct, kw_only=True):
 
 
 class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    """``POST /v1/chat/completions``. Fields NRT does not use (tools, logprobs, ...) are ignored."""
+    """``POST /v1/chat/completions``. Client ``tools`` (and the older ``functions``) are refused:
+    no model here calls them. Other fields NRT does not use (logprobs, ...) are ignored."""
 
     model: str
     messages: list[MessageIn]
@@ -40,6 +41,8 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     stop: str | list[str] | None = None
     n: int | None = None
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
+    tools: list[Any] | None = None  # refused (400) when not empty
+    functions: list[Any] | None = None  # the same, in its older form
 
 
 # -- responses --------------------------------------------------------------------------

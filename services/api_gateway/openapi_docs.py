@@ -122,6 +122,8 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
         elif option.type == OpenAPIType.ARRAY:
             option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
     fields["user"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
+    for name in ("tools", "functions"):  # no model here calls client tools
+        _value(fields[name]).max_items = 0
     request.examples = [
         {"model": "router", "messages": [{"role": "user", "content": "I was charged twice"}], "max_tokens": 8}
     ]
@@ -136,6 +138,38 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     parts = part.properties or {}
     _value(parts["type"]).const = "text"
     parts["text"] = Schema(type=OpenAPIType.STRING)
+
+
+def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messages: int) -> None:
+    """Write the rules :func:`api_gateway.anthropic_validate.validate_messages` enforces into the
+    ``POST /v1/messages`` request's schema, as :func:`document_chat_request` does for the chat one."""
+    schemas = openapi.components.schemas if openapi.components and openapi.components.schemas else {}
+    request, message, block = schemas["MessagesRequest"], schemas["MessageParam"], schemas["BlockIn"]
+    fields = request.properties or {}
+    _value(fields["model"]).min_length = 1
+    max_tokens = _value(fields["max_tokens"])
+    max_tokens.minimum, max_tokens.maximum = 1, max_tokens_limit
+    messages = _value(fields["messages"])
+    messages.min_items, messages.max_items = 1, max_messages
+    messages.contains = Schema(type=OpenAPIType.OBJECT, required=["role"], properties={"role": Schema(const="user")})
+    messages.description = f"1 to {max_messages} messages, at least one from the user"
+    temperature, top_p, top_k = (_value(fields[k]) for k in ("temperature", "top_p", "top_k"))
+    temperature.minimum, temperature.maximum = 0, 1
+    top_p.exclusive_minimum, top_p.maximum = 0, 1
+    top_k.minimum = 1
+    stop = _value(fields["stop_sequences"])
+    stop.max_items, stop.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
+    _value(fields["tools"]).max_items = 0  # no model here calls client tools
+    metadata = schemas["Metadata"].properties or {}
+    metadata["user_id"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
+    request.examples = [
+        {"model": "router", "max_tokens": 8, "messages": [{"role": "user", "content": "I was charged twice"}]}
+    ]
+    _value((message.properties or {})["role"]).enum = ["user", "assistant"]
+    block.required = ["text", "type"]
+    blocks = block.properties or {}
+    _value(blocks["type"]).const = "text"
+    blocks["text"] = Schema(type=OpenAPIType.STRING)
 
 
 def _value(schema: Schema | Reference) -> Schema:

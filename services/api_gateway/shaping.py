@@ -33,6 +33,7 @@ from nrt.protocol import Dispatch, FinishReason, GenerateChunk
 
 TOOL_NAME = "dispatch_to_specialist"
 SSE_DONE = b"data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # every event stream's, both APIs
 
 _encoder = msgspec.json.Encoder()
 
@@ -112,9 +113,10 @@ class Transcript:
     # -- pieces ---------------------------------------------------------------------------
 
     def tool_call(self) -> ToolCall | None:
-        if self.dispatch is None:
+        hop = self.dispatch_input()
+        if hop is None:
             return None
-        arguments = _encoder.encode({"intent": self.dispatch.intent, "target": self.dispatch.target}).decode()
+        arguments = _encoder.encode(hop).decode()
         return ToolCall(id=f"call_{self.request_id[:24]}", function=FunctionCall(name=TOOL_NAME, arguments=arguments))
 
     def usage(self) -> Usage:
@@ -197,6 +199,17 @@ class Transcript:
 
     def finish_reason(self) -> FinishReason:
         return (self.last.finish_reason if self.last is not None else None) or "stop"
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop sequence that ended the answer (the client's, the manifest's or the template's), if one did."""
+        return self.last.stop_sequence if self.last is not None else None
+
+    def dispatch_input(self) -> dict[str, str | None] | None:
+        """The router hop as the ``dispatch_to_specialist`` tool's input, when the request was routed."""
+        if self.dispatch is None:
+            return None
+        return {"intent": self.dispatch.intent, "target": self.dispatch.target}
 
     # -- one JSON response ----------------------------------------------------------------
 

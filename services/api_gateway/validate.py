@@ -39,13 +39,24 @@ def validate_chat(
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
     if request.n not in (None, 1):
         raise ApiError(400, f"'n' must be 1, got {request.n}", code="invalid_value", param="n")
+    for param, tools in (("tools", request.tools), ("functions", request.functions)):
+        if tools:
+            raise ApiError(400, no_tools(param), code="unsupported_parameter", param=param)
     return ChatCall(
         model=request.model,
         messages=_messages(request.messages, max_messages),
         params=_params(request, max_tokens_limit),
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
-        session_id=_session(session_header, request.user),
+        session_id=session_from(session_header, request.user),
+    )
+
+
+def no_tools(param: str) -> str:
+    """Why a request with client tools is refused (each API names its own parameter)."""
+    return (
+        f"'{param}' is not supported: no model of this cluster calls client tools "
+        "(the router's dispatch_to_specialist hop is the only tool call it shows); send the request without it"
     )
 
 
@@ -139,9 +150,9 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=request.seed, stop=stop)
 
 
-def _session(header: str | None, user: str | None) -> str | None:
-    """The conversation id: the ``X-NRT-Session`` header, else the ``user`` field, else none."""
-    value, param = (header, "X-NRT-Session") if header else (user, "user")
+def session_from(header: str | None, user: str | None, field: str = "user") -> str | None:
+    """The conversation id: the ``X-NRT-Session`` header, else the body's ``field`` (``user``), else none."""
+    value, param = (header, "X-NRT-Session") if header else (user, field)
     if not value:
         return None
     if not SESSION_PATTERN.fullmatch(value):

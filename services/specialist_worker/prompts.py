@@ -30,6 +30,7 @@ def generation_request(request: GenerateRequest, spec: ModelSpec | None, session
         max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
         temperature=params.temperature if params.temperature is not None else defaults.temperature,
         top_p=params.top_p if params.top_p is not None else defaults.top_p,
+        top_k=params.top_k or 0,
         seed=params.seed,
         stop=tuple(dict.fromkeys((*params.stop, *defaults.stop, *template.stop))),
         session_id=session_key,

@@ -111,6 +111,7 @@ class Serving:
                     text=chunk.text,
                     token_ids=chunk.token_ids,
                     finish_reason=chunk.finish_reason,
+                    stop_sequence=chunk.stop_sequence,
                     usage=chunk.usage,
                     timings=chunk.timings,
                     cold_start_ms=cold_ms,

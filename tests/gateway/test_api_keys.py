@@ -42,7 +42,14 @@ def v1_routes(stack: Stack) -> list[tuple[str, str]]:
 def assert_unauthorized(response: httpx.Response) -> None:
     assert response.status_code == 401, response.text
     assert response.headers["www-authenticate"] == "Bearer"
-    error = response.json()["error"]
+    body = response.json()
+    if response.request.url.path == "/v1/messages":  # the Anthropic API: its error shape
+        assert body["type"] == "error"
+        error = body["error"]
+        assert (error["type"], error["details"]["error_code"]) == ("authentication_error", "invalid_api_key")
+        assert error["message"]
+        return
+    error = body["error"]
     assert (error["type"], error["code"]) == ("authentication_error", "invalid_api_key")
     assert set(error) >= {"message", "type", "param", "code"}
 
@@ -54,6 +61,7 @@ def assert_unauthorized(response: httpx.Response) -> None:
 async def test_every_v1_route_refuses_a_request_without_a_key_or_with_a_wrong_one(stack: Stack) -> None:
     routes = v1_routes(stack)
     assert ("POST", "/v1/chat/completions") in routes
+    assert ("POST", "/v1/messages") in routes
     assert ("DELETE", "/v1/keys/abc123") in routes
     async with stack.http(api_key=None) as http:
         for method, path in routes:

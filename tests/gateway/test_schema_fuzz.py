@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from harness import API_KEY, Stack, start_stack
+from harness import API_KEY, FIXTURES, Stack, start_stack
 
 from api_gateway.settings import GatewaySettings
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")  # the stack's loop
 MAX_EXAMPLES = 300
 SEED = 20260101
 WITHIN = 300.0  # seconds: the whole run, on a loaded machine
+HOOKS = FIXTURES / "fuzz_hooks.py"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -85,8 +87,9 @@ async def schemathesis(stack: Stack, report: Path) -> tuple[int, str]:
         str(report),
         *headers,
     ]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}  # bodies that fit tiny-llama's window
     process = await asyncio.create_subprocess_exec(  # in the report's folder: its caches stay out of the repo
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=report.parent
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=report.parent, env=env
     )
     output, _ = await asyncio.wait_for(process.communicate(), WITHIN)
     assert process.returncode is not None

@@ -93,6 +93,8 @@ def test_the_session_header_wins_over_user() -> None:
         ({"top_p": 0.0}, "top_p", "(0, 1]"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),
         ({"n": 2}, "n", "must be 1"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "'tools' is not supported"),
+        ({"functions": [{"name": "f"}]}, "functions", "'functions' is not supported"),
         ({"model": ""}, "model", "must name a model"),
     ],
 )

@@ -1,4 +1,5 @@
-"""Nucleus sampling is exact (same set as a full sort) and reproducible per seed."""
+"""Nucleus sampling is exact (same set as a full sort), top-k keeps the k most likely tokens,
+and sampling is reproducible per seed."""
 
 from __future__ import annotations
 
@@ -36,6 +37,20 @@ def test_sampler_is_reproducible_and_respects_temperature() -> None:
     cold = Sampler(1e-4, 1.0, seed=3)
     assert {cold.choose(logits) for _ in range(50)} == {int(np.argmax(logits))}
     assert Sampler(0.0, 1.0, seed=None).choose(logits) == int(np.argmax(logits))
+
+
+def test_top_k_draws_only_from_the_k_most_likely_tokens() -> None:
+    logits = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    best = set(np.argsort(-logits)[:3].tolist())
+    sampler = Sampler(5.0, 1.0, seed=11, top_k=3)  # hot: without the cut it would roam the vocabulary
+    assert {sampler.choose(logits) for _ in range(300)} == best
+    assert {Sampler(5.0, 1.0, seed=11, top_k=1).choose(logits) for _ in range(20)} == {int(np.argmax(logits))}
+    nucleus = Sampler(1.0, 1e-6, seed=11, top_k=50)  # top_p cuts the 50 down to the best one
+    assert {nucleus.choose(logits) for _ in range(20)} == {int(np.argmax(logits))}
+    samplers = [Sampler(1.0, 0.9, seed=5, top_k=20) for _ in range(2)]
+    runs = [[sampler.choose(logits) for _ in range(30)] for sampler in samplers]
+    assert runs[0] == runs[1]  # the same seed, the same tokens
+    assert len(set(runs[0])) > 1
 
 
 def test_any_integer_seed_is_taken() -> None:

@@ -40,6 +40,7 @@ def test_stop_matcher_holds_back_possible_starts() -> None:
     assert stops.feed("r") == ""
     assert stops.feed("ld and more") == ""
     assert stops.stopped
+    assert stops.matched == "World"
     assert stops.flush() == ""
 
 
@@ -50,12 +51,14 @@ def test_stop_matcher_releases_text_that_stops_matching() -> None:
     assert stops.feed("\n") == ""
     assert stops.flush() == "\n"
     assert not stops.stopped
+    assert stops.matched is None
 
 
 def test_stop_matcher_picks_the_earliest_stop() -> None:
     stops = StopMatcher(["bc", "abcd"])
     assert stops.feed("xxabcd") == "xx"  # "abcd" starts first
     assert stops.stopped
+    assert stops.matched == "abcd"
 
 
 def test_stop_split_over_many_deltas() -> None:

@@ -82,6 +82,7 @@ class Generation:
             finish_reason=reason,
             usage=self.usage(),
             timings=self.timings(),
+            stop_sequence=self.stops.matched,
         )
 
     def _drain(self) -> tuple[str, bool]:
@@ -139,7 +140,7 @@ def start_generation(
         prompt_ids=prompt_ids,
         max_new=max_new,
         eos_ids=eos_ids,
-        sampler=Sampler(request.temperature, request.top_p, request.seed),
+        sampler=Sampler(request.temperature, request.top_p, request.seed, request.top_k),
         detok=IncrementalDetokenizer(tokenizer, prompt_ids),
         stops=StopMatcher(request.stop),
         tokens=list(prompt_ids),

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 class StopMatcher:
     """Filter text deltas through a set of stop sequences."""
 
-    __slots__ = ("_held", "_stops", "stopped")
+    __slots__ = ("_held", "_stops", "matched", "stopped")
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(dict.fromkeys(s for s in stops if s))
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop sequence that ended the text, once one did
 
     @property
     def active(self) -> bool:
@@ -36,7 +37,7 @@ class StopMatcher:
         for stop in self._stops:
             found = text.find(stop)
             if found != -1 and (cut == -1 or found < cut):
-                cut = found
+                cut, self.matched = found, stop
         if cut != -1:
             self.stopped = True
             self._held = ""

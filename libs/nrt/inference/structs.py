@@ -25,6 +25,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # sample from the k most likely tokens only (0: all)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     session_id: str | None = None
@@ -44,3 +45,4 @@ class Chunk(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timings: Timings | None = None
+    stop_sequence: str | None = None  # the stop sequence that ended the answer (finish_reason "stop"), if one did

@@ -1,0 +1,151 @@
+"""The Anthropic Messages API wire shapes the gateway speaks (``POST /v1/messages``). Plain msgspec Structs.
+
+Responses and stream events carry their ``type`` as a msgspec tag, so it is always written.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from api_gateway.openai_types import NrtInfo
+
+# -- requests ---------------------------------------------------------------------------
+
+
+class BlockIn(msgspec.Struct, kw_only=True):
+    """A content block of a request; only ``text`` blocks are accepted (the others are refused by name)."""
+
+    type: str
+    text: str | None = None
+
+
+class MessageParam(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[BlockIn]
+
+
+class Metadata(msgspec.Struct, kw_only=True):
+    user_id: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
+
+
+class MessagesRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/messages``. Client ``tools`` are refused: no model here calls them. Fields NRT
+    does not use (``thinking``, ``service_tier``, ...) are ignored."""
+
+    model: str
+    max_tokens: int
+    messages: list[MessageParam]
+    system: str | list[BlockIn] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    metadata: Metadata | None = None
+    tools: list[Any] | None = None  # refused (400) when not empty
+    tool_choice: Any | None = None  # ignored without tools
+
+
+# -- responses --------------------------------------------------------------------------
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence"]
+
+
+class TextBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ToolUseBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_use"):
+    """The router hop: ``dispatch_to_specialist`` with input ``{intent, target}``."""
+
+    id: str
+    name: str
+    input: dict[str, str | None]
+
+
+ContentBlock = TextBlock | ToolUseBlock
+
+
+class MessageUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int
+    output_tokens: int
+
+
+class Message(msgspec.Struct, kw_only=True, tag_field="type", tag="message"):
+    id: str
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[ContentBlock]
+    stop_reason: StopReason | None
+    stop_sequence: str | None
+    usage: MessageUsage
+    nrt: NrtInfo | None = None  # NRT's own account of the request (as on the OpenAI endpoint)
+
+
+# -- stream events ----------------------------------------------------------------------
+
+
+class MessageStart(msgspec.Struct, kw_only=True, tag_field="type", tag="message_start"):
+    message: Message
+
+
+class ContentBlockStart(msgspec.Struct, kw_only=True, tag_field="type", tag="content_block_start"):
+    index: int
+    content_block: ContentBlock
+
+
+class TextDelta(msgspec.Struct, kw_only=True, tag_field="type", tag="text_delta"):
+    text: str
+
+
+class InputJsonDelta(msgspec.Struct, kw_only=True, tag_field="type", tag="input_json_delta"):
+    partial_json: str
+
+
+class ContentBlockDelta(msgspec.Struct, kw_only=True, tag_field="type", tag="content_block_delta"):
+    index: int
+    delta: TextDelta | InputJsonDelta
+
+
+class ContentBlockStop(msgspec.Struct, kw_only=True, tag_field="type", tag="content_block_stop"):
+    index: int
+
+
+class MessageDeltaBody(msgspec.Struct, kw_only=True):
+    stop_reason: StopReason
+    stop_sequence: str | None
+
+
+class MessageDelta(msgspec.Struct, kw_only=True, tag_field="type", tag="message_delta"):
+    delta: MessageDeltaBody
+    usage: MessageUsage
+    nrt: NrtInfo | None = None
+
+
+class MessageStop(msgspec.Struct, kw_only=True, tag_field="type", tag="message_stop"):
+    pass
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+class ErrorDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
+    error_code: str  # the gateway's stable code (the one its OpenAI errors carry), e.g. model_not_found
+    param: str | None = None  # the offending parameter
+
+
+class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    type: str  # invalid_request_error, authentication_error, not_found_error, ...
+    message: str
+    details: ErrorDetails | None = None
+
+
+class ErrorEvent(msgspec.Struct, kw_only=True, tag_field="type", tag="error"):
+    """An error answer (``{"type": "error", "error": {...}}``), and the stream's ``error`` event."""
+
+    error: ErrorBody
+
+
+StreamEvent = MessageStart | ContentBlockStart | ContentBlockDelta | ContentBlockStop | MessageDelta | MessageStop
