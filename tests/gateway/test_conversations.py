@@ -17,10 +17,12 @@ from specialist_worker.prompts import template_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+# The assistant part writes the answer right after the cue, as the model wrote it (the tiny random
+# model's answers do not start with a space), so turn 2's text extends turn 1's prompt and answer.
 CONVERSATION = (
     '      template: "Billing desk. Q: {last_user}\\nA:"\n',
     '      template: "Billing desk.\\n\\n{turns}Agent:"\n'
-    '      turn_template: {user: "Customer: {content}\\n", assistant: "Agent: {content}\\n\\n"}\n'
+    '      turn_template: {user: "Customer: {content}\\n", assistant: "Agent:{content}\\n\\n"}\n'
     "      max_active_sessions: 2\n",
 )
 
@@ -49,12 +51,21 @@ async def test_the_second_turn_uses_the_first_and_prefills_only_new_tokens(stack
     assert isinstance(runtime, BatchingGenerator)
     template = template_for(stack.manifest.model("billing"))
     messages = [ChatMessage(m["role"], m["content"]) for m in history]  # type: ignore[arg-type]
-    assert second.usage.prompt_tokens == len(runtime.model.encode(template.render(messages)))
-    assert first.usage.prompt_tokens == len(runtime.model.encode(template.render(messages[:1])))
-    # and turn 2 started from turn 1's KV: every token of turn 1's prompt was reused
+    text1, text2 = template.render(messages[:1]), template.render(messages)
+    answer1 = first.choices[0].message.content or ""
+    p1, c1 = first.usage.prompt_tokens, first.usage.completion_tokens
+    assert p1 == len(runtime.model.encode(text1))
+    assert first.choices[0].finish_reason == "length"
+    # turn 2's text extends turn 1's prompt and answer: it runs on turn 1's own ids, then the new text's
+    assert text2.startswith(text1 + answer1)
+    new_text = runtime.model.encode(text2[len(text1 + answer1) :], add_special_tokens=False)
+    assert second.usage.prompt_tokens == p1 + c1 + len(new_text)
+    # and it started from turn 1's KV, which holds all of turn 1 but the last token chosen (never run
+    # through the model): no answer token is prefilled again, only that one and the new text
     cached = second.usage.prompt_tokens_details.cached_tokens
-    assert cached is not None
-    assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
+    assert cached == p1 + c1 - 1
+    prefilled = second.usage.prompt_tokens - cached
+    assert prefilled == second.usage.prompt_tokens - (p1 + c1) + 1 == len(new_text) + 1
     events = await stack.events(until=3)
     touched = [e for e in events if isinstance(e, SessionTouched) and e.session_id == "two-turns"]
     assert [t.reused_tokens for t in touched] == [0, cached]
