@@ -51,6 +51,7 @@ class Reason(StrEnum):
     COMMAND = "command"  # an operator's command
     # a session's KV cache
     IDLE = "idle"  # the session LRU: idle past lru.idle_threshold
+    MAX_ACTIVE_SESSIONS = "max_active_sessions"  # the least recently used of one too many on its model
     MODEL_UNLOADED = "model_unloaded"  # its model left the worker
     CLOSED = "closed"  # the session ended
     # a worker

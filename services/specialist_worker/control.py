@@ -12,10 +12,9 @@ import time
 
 from nrt.bus.errors import BadRequest, RemoteError
 from nrt.events import SessionKvEvicted
-from nrt.inference import BatchingGenerator
 from nrt.protocol import ControlCommand, ControlReply, PromoteModel
 from nrt.vocabulary import Reason, Tier
-from specialist_worker.hosting import ModelHost, session_key
+from specialist_worker.hosting import ModelHost
 from specialist_worker.ports import AskPromotion, EventSink
 from specialist_worker.tiers import Tiers
 
@@ -100,13 +99,7 @@ class Control:
 
     def evict_session(self, model_id: str, session_id: str, reason: Reason) -> int:
         """Drop a conversation's KV cache (held only while the model is resident); the bytes freed."""
-        hosted = self.host.get(model_id)
-        freed = 0
-        if self.host.tier(model_id) == Tier.RESIDENT:
-            runtime = self.host.runtime(model_id)
-            if isinstance(runtime, BatchingGenerator):
-                freed = runtime.evict_session(session_key(model_id, session_id))
-        hosted.sessions.discard(session_id)
+        freed = self.host.evict_session(model_id, session_id)
         self.events.emit(
             SessionKvEvicted(
                 session_id=session_id, model_id=model_id, worker_id=self.worker_id, bytes_freed=freed, reason=reason

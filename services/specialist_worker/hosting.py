@@ -18,6 +18,7 @@ from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder
 from nrt.inference.artifact import read_record
 from nrt.vocabulary import Tier
 from specialist_worker.resources import resident_set_bytes
+from specialist_worker.session_table import SessionTable
 from specialist_worker.sources import LocalArtifact, RemoteEndpoint
 
 Runtime = BatchingGenerator | Encoder
@@ -34,7 +35,7 @@ class Hosted:
     source: str
     target: LocalArtifact | RemoteEndpoint
     active_requests: int = 0
-    sessions: set[str] = field(default_factory=set)
+    sessions: SessionTable = field(default_factory=SessionTable)  # conversations with KV here
     artifact_dir: Path | None = None  # a local artifact's directory, resolved once (the registry's key)
     decode_tokens_per_s: float | None = None  # recent decode speed here (an average over recent answers)
 
@@ -117,6 +118,17 @@ class ModelHost:
             if self.registry.tier(model_id) != "resident":
                 raise Unavailable(f"model '{model_id}' is not resident", code="model_not_resident")
             return self._runtimes[self._path(hosted)]
+
+    def evict_session(self, model_id: str, session_id: str) -> int:
+        """Drop a conversation's KV cache (held only while the model is resident); the bytes freed."""
+        hosted = self.get(model_id)
+        freed = 0
+        if self.tier(model_id) == Tier.RESIDENT:
+            runtime = self.runtime(model_id)
+            if isinstance(runtime, BatchingGenerator):
+                freed = runtime.evict_session(session_key(model_id, session_id))
+        hosted.sessions.discard(session_id)
+        return freed
 
     # -- transitions ---------------------------------------------------------------------------
 

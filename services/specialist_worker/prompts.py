@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from nrt.inference import GenerationRequest, PromptTemplate, builtin_template
 from nrt.inference.templates import BUILTIN_TEMPLATES
 from nrt.manifest import Generation, ModelSpec
@@ -11,12 +13,19 @@ DEFAULT_TEMPLATE = "plain-chat"
 
 
 def template_for(spec: ModelSpec | None) -> PromptTemplate:
-    """A built-in template by name, else the manifest's text as the template's layout."""
+    """A built-in template by name, else the manifest's text as the template's layout, its
+    ``turn_template`` parts (where given) writing each message of ``{turns}``."""
     if spec is None or spec.template is None:
-        return builtin_template(DEFAULT_TEMPLATE)
-    if spec.template in BUILTIN_TEMPLATES:
-        return builtin_template(spec.template)
-    return PromptTemplate(name=f"{spec.id}-template", layout=spec.template, generation_prompt="")
+        base = builtin_template(DEFAULT_TEMPLATE)
+    elif spec.template in BUILTIN_TEMPLATES:
+        base = builtin_template(spec.template)
+    else:
+        base = PromptTemplate(name=f"{spec.id}-template", layout=spec.template, generation_prompt="")
+    turns = spec.turn_template if spec is not None else None
+    if turns is None:
+        return base
+    parts = {role: text for role in ("system", "user", "assistant") if (text := getattr(turns, role)) is not None}
+    return PromptTemplate(**(msgspec.structs.asdict(base) | parts))  # checked again, as any template
 
 
 def generation_request(request: GenerateRequest, spec: ModelSpec | None, session_key: str | None) -> GenerationRequest:

@@ -18,7 +18,7 @@ from typing import Protocol
 import msgspec
 
 from nrt.bus.errors import BadRequest, RemoteError
-from nrt.events import RouterCalibrated, SessionOpened, SessionTouched
+from nrt.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
 from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
 from nrt.manifest import Manifest
 from nrt.protocol import (
@@ -100,36 +100,61 @@ class Serving:
             engine_request = generation_request(request, self.specs(model_id), key)
         except TemplateError as exc:
             raise BadRequest(str(exc), code="bad_template") from exc
+        with self._conversation(model_id, request.session_id):
+            try:
+                async for chunk in runtime.generate(engine_request):  # one chunk, the last, unless streaming
+                    if chunk.usage is not None and request.session_id:
+                        self._session_touched(request.session_id, model_id, runtime, key, chunk.usage)
+                    yield GenerateChunk(
+                        request_id=request.request_id,
+                        model_id=model_id,
+                        worker_id=self.worker_id,
+                        text=chunk.text,
+                        token_ids=chunk.token_ids,
+                        finish_reason=chunk.finish_reason,
+                        stop_sequence=chunk.stop_sequence,
+                        usage=chunk.usage,
+                        timings=chunk.timings,
+                        cold_start_ms=cold_ms,
+                    )
+                    cold_ms = None  # on the first chunk only
+            except ContextWindowError as exc:
+                raise RemoteError("context_window_exceeded", str(exc), 400) from exc
+            except InferenceError as exc:
+                raise RemoteError("inference_failed", str(exc), 500) from exc
+
+    @contextmanager
+    def _conversation(self, model_id: str, session_id: str | None) -> Iterator[None]:
+        """A turn of ``session_id`` (if any) is in flight: opened on its first turn here, and when that
+        makes one too many on the model, the least recently used idle session's KV is evicted."""
+        if session_id is None:
+            yield
+            return
+        sessions = self.host.get(model_id).sessions
+        if sessions.begin(session_id):
+            self.events.emit(SessionOpened(session_id=session_id, model_id=model_id, worker_id=self.worker_id))
+            spec = self.specs(model_id)
+            if spec is not None:
+                for victim in sessions.victims(spec.max_active_sessions):
+                    self._evict(model_id, victim, Reason.MAX_ACTIVE_SESSIONS)
         try:
-            async for chunk in runtime.generate(engine_request):  # one chunk, the last, unless streaming
-                if chunk.usage is not None and request.session_id:
-                    self._session_touched(request.session_id, model_id, runtime, key, chunk.usage)
-                yield GenerateChunk(
-                    request_id=request.request_id,
-                    model_id=model_id,
-                    worker_id=self.worker_id,
-                    text=chunk.text,
-                    token_ids=chunk.token_ids,
-                    finish_reason=chunk.finish_reason,
-                    stop_sequence=chunk.stop_sequence,
-                    usage=chunk.usage,
-                    timings=chunk.timings,
-                    cold_start_ms=cold_ms,
-                )
-                cold_ms = None  # on the first chunk only
-        except ContextWindowError as exc:
-            raise RemoteError("context_window_exceeded", str(exc), 400) from exc
-        except InferenceError as exc:
-            raise RemoteError("inference_failed", str(exc), 500) from exc
+            yield
+        finally:
+            sessions.end(session_id)
+
+    def _evict(self, model_id: str, session_id: str, reason: Reason) -> None:
+        freed = self.host.evict_session(model_id, session_id)
+        log.info("evicted the KV of session %s on %s (%s, %d bytes)", session_id, model_id, reason.value, freed)
+        self.events.emit(
+            SessionKvEvicted(
+                session_id=session_id, model_id=model_id, worker_id=self.worker_id, bytes_freed=freed, reason=reason
+            )
+        )
 
     def _session_touched(
         self, session_id: str, model_id: str, runtime: BatchingGenerator, key: str | None, usage: Usage
     ) -> None:
-        """Record a turn of a conversation: opened on its first turn here, touched on every one."""
-        hosted = self.host.get(model_id)
-        if session_id not in hosted.sessions:
-            hosted.sessions.add(session_id)
-            self.events.emit(SessionOpened(session_id=session_id, model_id=model_id, worker_id=self.worker_id))
+        """Record a turn of a conversation: the tokens and measured bytes of the KV kept for it."""
         self.events.emit(
             SessionTouched(
                 session_id=session_id,

@@ -426,3 +426,28 @@ def test_nothing_is_placed_without_live_workers() -> None:
     state = view([applied(m)])
     assert state.cluster.manifest_version == 1
     assert decide(state, m, Tick(), T0) == []
+
+
+def test_session_kv_counts_against_the_resident_budget_until_evicted() -> None:
+    from nrt.policies.budget import holdings, tier_total
+
+    m = manifest()
+    kv = 300 * 10**6
+    touched = SessionTouched(
+        occurred_at=at(2), session_id="s", model_id="billing", worker_id="w1", cached_tokens=10, kv_bytes=kv
+    )
+    without = tier_total(holdings(view(_placed_cluster(m), now=at(3)), m), "resident")
+    with_kv = view([*_placed_cluster(m), touched], now=at(3))
+    assert tier_total(holdings(with_kv, m), "resident") == without + kv
+    evicted = SessionKvEvicted(
+        occurred_at=at(3),
+        session_id="s",
+        model_id="billing",
+        worker_id="w1",
+        bytes_freed=kv,
+        reason="max_active_sessions",
+    )
+    after = view([*_placed_cluster(m), touched, evicted], now=at(4))
+    assert tier_total(holdings(after, m), "resident") == without
+    session = after.cluster.sessions["s"]
+    assert (session.kv_bytes, session.kv_evicted, session.evicted_reason) == (0, True, "max_active_sessions")

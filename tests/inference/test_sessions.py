@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nrt.inference import BatchingGenerator, ChatMessage, Chunk, GenerationRequest, PromptTemplate
+from nrt.inference.transcript import encode_prompt
 
 TEMPLATE = PromptTemplate()
 
@@ -19,6 +20,12 @@ def ids(chunks: list[Chunk]) -> list[int]:
 
 def text(chunks: list[Chunk]) -> str:
     return "".join(c.text for c in chunks)
+
+
+def next_prompt_ids(gen: BatchingGenerator, session_id: str, prompt: str) -> tuple[int, ...]:
+    """The ids the session's next turn runs for ``prompt`` (its last turn's ids where the text extends it)."""
+    model = gen.model
+    return tuple(encode_prompt(prompt, model.encode, model.tokenizer, gen.sessions.transcript(session_id)).ids)
 
 
 async def test_turn_two_reuses_the_cache_with_identical_output(generator: BatchingGenerator) -> None:
@@ -87,18 +94,23 @@ async def test_sessions_are_isolated_from_each_other_and_from_concurrency(genera
     )
     follow_a = prompt_a + text(a1) + "\nUser: more\nAssistant:"
     follow_b = prompt_b + text(b1) + "\nUser: more\nAssistant:"
+    # each follow-up extends its own turn 1's text: it runs on turn 1's ids, then the new text's
+    ids_a, ids_b = next_prompt_ids(generator, "a", follow_a), next_prompt_ids(generator, "b", follow_b)
     a2, b2 = await asyncio.gather(
         run(generator, GenerationRequest(prompt=follow_a, max_tokens=10, session_id="a")),
         run(generator, GenerationRequest(prompt=follow_b, max_tokens=10, session_id="b")),
     )
-    a_fresh = await run(generator, GenerationRequest(prompt=follow_a, max_tokens=10))
-    b_fresh = await run(generator, GenerationRequest(prompt=follow_b, max_tokens=10))
+    a_fresh = await run(generator, GenerationRequest(prompt_ids=ids_a, max_tokens=10))
+    b_fresh = await run(generator, GenerationRequest(prompt_ids=ids_b, max_tokens=10))
     assert ids(a2) == ids(a_fresh)
     assert ids(b2) == ids(b_fresh)
-    assert a2[-1].usage is not None
-    assert a2[-1].usage.cached_tokens > 0
-    assert b2[-1].usage is not None
-    assert b2[-1].usage.cached_tokens > 0
+    for first, second in ((a1, a2), (b1, b2)):
+        u1, u2 = first[-1].usage, second[-1].usage
+        assert u1 is not None
+        assert u2 is not None
+        # all that turn 1's KV held was reused: its prompt and answer but the last token chosen,
+        # which no forward pass ran yet
+        assert u2.cached_tokens == u1.prompt_tokens + u1.completion_tokens - 1
 
 
 async def test_a_diverging_turn_reuses_only_the_common_prefix(generator: BatchingGenerator) -> None:

@@ -49,7 +49,7 @@ def test_unsafe_or_unknown_fields_are_rejected() -> None:
     with pytest.raises(TemplateError, match="unknown or unsafe field"):
         PromptTemplate(user="{content.__class__}")
     with pytest.raises(TemplateError, match="unknown or unsafe field"):
-        PromptTemplate(layout="{messages!r}")
+        PromptTemplate(layout="{turns!r}")
     with pytest.raises(TemplateError, match="valid fields"):
         PromptTemplate(layout="{history}")
     with pytest.raises(TemplateError, match="literal braces"):
@@ -59,6 +59,50 @@ def test_unsafe_or_unknown_fields_are_rejected() -> None:
 
 
 def test_templates_are_plain_data() -> None:
-    raw = b'{"name": "custom", "user": "### Q\\n{content}\\n", "generation_prompt": "### A\\n", "layout": "{messages}{generation_prompt}"}'
+    raw = b'{"name": "custom", "user": "### Q\\n{content}\\n", "generation_prompt": "### A\\n", "layout": "{turns}{generation_prompt}"}'
     template = msgspec.json.decode(raw, type=PromptTemplate)
     assert template.render([ChatMessage("user", "hi")]) == "### Q\nhi\n### A\n"
+
+
+CONVERSATION = PromptTemplate(
+    name="support",
+    layout="Be polite.\n\n{turns}Agent:",
+    user="Customer: {content}\n",
+    assistant="Agent: {content}\n\n",
+    generation_prompt="",
+)
+
+
+def test_a_conversation_template_places_every_turn_in_order() -> None:
+    messages = [
+        ChatMessage("user", "My order is 1234."),
+        ChatMessage("assistant", " Thanks."),
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "Which order?"),
+    ]
+    assert CONVERSATION.render(messages) == (
+        "Be polite.\n\nCustomer: My order is 1234.\nAgent: Thanks.\n\nBe brief.\n\nCustomer: Which order?\nAgent:"
+    )
+
+
+def test_the_next_turn_extends_the_last_prompt_and_its_answer() -> None:
+    """Prefix stability: turn N+1's prompt starts with turn N's prompt and the answer the model wrote
+    after it, whether the client sends the answer back as written (a leading space) or trimmed."""
+    first = [ChatMessage("user", "My order is 1234.")]
+    prompt = CONVERSATION.render(first)
+    answer = " Thanks, I see order 1234."  # what the model wrote after "Agent:"
+    for echoed in (answer, answer.strip()):
+        second = CONVERSATION.render([*first, ChatMessage("assistant", echoed), ChatMessage("user", "Which order?")])
+        assert second.startswith(prompt + answer)
+        assert second.endswith("\n\nCustomer: Which order?\nAgent:")
+    assert (
+        PromptTemplate()
+        .render([*first, ChatMessage("assistant", answer)])
+        .startswith(PromptTemplate().render(first) + answer)
+    )
+
+
+def test_a_last_user_template_still_answers_the_last_message_alone() -> None:
+    template = PromptTemplate(name="qa", layout="Q: {last_user}\nA:", generation_prompt="")
+    messages = [ChatMessage("user", "first"), ChatMessage("assistant", "one"), ChatMessage("user", "second")]
+    assert template.render(messages) == "Q: second\nA:"

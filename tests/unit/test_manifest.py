@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from nrt.cli.main import cli
-from nrt.manifest import ManifestError, Priority, Tier, load_manifest, parse_manifest
+from nrt.manifest import ManifestError, Priority, Tier, TurnTemplate, load_manifest, parse_manifest
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SPEC = FIXTURES / "spec-customer-support.yaml"
@@ -270,6 +270,49 @@ CASES = [
         11,
         id="intent-examples",
     ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "{history}Agent:"\n    - id: technical',
+        "models.specialists[0].template",
+        "the template has an unknown field {history}; valid fields: {system}, {turns}, {last_user}",
+        17,
+        id="template-unknown-field",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "{turns"\n    - id: technical',
+        "models.specialists[0].template",
+        "write literal braces as {{ and }}",
+        17,
+        id="template-bad-brace",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "{turns}A:"\n      turn_template:\n        user: "Q: {text}"\n'
+        "    - id: technical",
+        "models.specialists[0].turn_template.user",
+        "the user turn has an unknown field {text}; valid fields: {content}",
+        19,
+        id="turn-template-unknown-field",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "{turns}A:"\n      turn_template:\n        tool: "T: {content}"\n'
+        "    - id: technical",
+        "models.specialists[0].turn_template.tool",
+        "unknown key 'tool' in turn_template; valid keys: 'system', 'user' or 'assistant'",
+        19,
+        id="turn-template-unknown-role",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "Q: {last_user}\\nA:"\n      turn_template:\n        user: "Q: {content}"\n'
+        "    - id: technical",
+        "models.specialists[0].turn_template",
+        "turn_template is unused: the template has no {turns} field to place the conversation",
+        18,
+        id="turn-template-unused",
+    ),
 ]
 
 
@@ -284,6 +327,21 @@ def test_bad_manifest_names_path_line_and_what_is_valid(old: str, new: str, path
     assert matching, rendered
     assert matching[0].line == line, rendered
     assert f"m.yaml:{line}: {path}: " in rendered
+
+
+def test_a_conversation_template_is_typed() -> None:
+    text = GOOD.replace(
+        "      footprint: 400MB\n    - id: technical",
+        '      footprint: 400MB\n      template: "Be brief.\\n\\n{turns}Agent:"\n'
+        '      turn_template: {user: "Customer: {content}\\n", assistant: "Agent: {content}\\n\\n"}\n'
+        "    - id: technical",
+    )
+    billing = parse_manifest(text).model("billing")
+    assert billing.template == "Be brief.\n\n{turns}Agent:"
+    assert billing.turn_template == TurnTemplate(user="Customer: {content}\n", assistant="Agent: {content}\n\n")
+    # a router's template may be its classification prompt instead
+    router = GOOD.replace("    tier: resident\n", '    tier: resident\n    template: "{labels}: {text}"\n', 1)
+    assert parse_manifest(router).router.template == "{labels}: {text}"
 
 
 def test_yaml_syntax_error_has_line() -> None:
@@ -332,3 +390,5 @@ def test_the_example_manifests_pass_the_check(path: Path) -> None:
     assert len(manifest.intent_labels) >= 3
     answering = [spec for spec in manifest.models if spec.id != "router" or spec.source == "catalogue://gemma3-270m"]
     assert all(spec.template for spec in answering)  # Gemma is a base model: whatever answers gets a prompt
+    # and the prompt is the whole conversation, one turn_template line per message
+    assert all(spec.template and "{turns}" in spec.template and spec.turn_template for spec in answering)

@@ -140,15 +140,21 @@ def status(url: str | None, as_json: bool, api_key: str | None) -> None:
             f"worker {worker['worker_id']:<24} {alive:<5} {worker.get('cpu_count')} cpus, "
             f"{format_size(int(worker.get('ram_bytes', 0)))} ram"
         )
-    click.echo(f"\n{'model':<16}{'tier':<10}{'held':>10}  {'worker':<24}{'requests':>9}")
+    sessions = state.get("sessions", {})
+    kv_by: dict[tuple[str, str], list[int]] = {}  # (model, worker) -> KV bytes of each session holding KV
+    for s in sessions.values():
+        if not s.get("kv_evicted"):
+            kv_by.setdefault((s["model_id"], s["worker_id"]), []).append(int(s.get("kv_bytes", 0)))
+    click.echo(f"\n{'model':<16}{'tier':<10}{'held':>10}  {'worker':<24}{'requests':>9}  {'sessions (KV)':>14}")
     for model in state.get("models", {}).values():
         placements = model.get("placements", {}) or {"-": {"tier": "unplaced", "bytes_held": 0}}
         for worker_id, placement in placements.items():
             held = format_size(int(placement.get("bytes_held", 0)))
+            held_kv = kv_by.get((model["model_id"], worker_id), [])
             click.echo(
                 f"{model['model_id']:<16}{placement['tier']:<10}{held:>10}  {worker_id:<24}{model.get('requests', 0):>9}"
+                f"  {f'{len(held_kv)} ({format_size(sum(held_kv))})':>14}"
             )
-    sessions = state.get("sessions", {})
     kv = sum(int(s.get("kv_bytes", 0)) for s in sessions.values())
     counters = state.get("counters", {})
     click.echo(f"\nsessions {len(sessions)} (KV {format_size(kv)})  in flight {len(state.get('in_flight', {}))}")

@@ -195,6 +195,8 @@ class BatchingGenerator:
             self.model.encode,
             context_length=self.model.spec.context_length,
             eos_ids=self.model.eos_ids,
+            special_ids=self.model.special_ids,
+            previous=self.sessions.transcript(request.session_id) if request.session_id else None,
         )
         ticket = _Ticket(gen, self._mailbox(asyncio.get_running_loop()), asyncio.Queue())
         self._submit(ticket)
@@ -411,7 +413,7 @@ class BatchingGenerator:
         if session_id is None:
             return
         length = int(arrays[0].shape[2])
-        self.sessions.put(session_id, SessionKV(tuple(gen.tokens[:length]), arrays))
+        self.sessions.put(session_id, SessionKV(tuple(gen.tokens[:length]), arrays, gen.transcript()))
 
     def _fail_all(self, exc: BaseException, outbox: _Outbox) -> None:
         for ticket in [*self._rows, *self._prefilling]:

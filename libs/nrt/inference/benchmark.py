@@ -28,6 +28,7 @@ from nrt.inference.batching import BatchingGenerator
 from nrt.inference.causal import CausalLM
 from nrt.inference.structs import Chunk, GenerationRequest
 from nrt.inference.templates import ChatMessage, PromptTemplate
+from nrt.inference.transcript import encode_prompt
 
 
 class SingleStream(msgspec.Struct, frozen=True):
@@ -195,8 +196,10 @@ async def session_reuse(
             ChatMessage("user", "And then?"),
         ]
         prompt2 = template.render(history)
+        # the ids turn 2 runs on (turn 1's own where the text extends it), so fresh runs the same ones
+        ids2 = encode_prompt(prompt2, model.encode, model.tokenizer, gen.sessions.transcript(session_id)).ids
         cached, _ = await _run(gen, GenerationRequest(prompt=prompt2, max_tokens=new_tokens, session_id=session_id))
-        fresh, _ = await _run(gen, GenerationRequest(prompt=prompt2, max_tokens=new_tokens))
+        fresh, _ = await _run(gen, GenerationRequest(prompt_ids=tuple(ids2), max_tokens=new_tokens))
         gen.evict_session(session_id)
         cached_t, fresh_t, usage = cached[-1].timings, fresh[-1].timings, cached[-1].usage
         assert cached_t is not None

@@ -68,6 +68,11 @@ class CausalLM:
         return cls(build_session(load_weights(artifact_dir), providers), artifact_dir)
 
     @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer's special tokens (skipped when decoding)."""
+        return frozenset(i for i, token in self.tokenizer.get_added_tokens_decoder().items() if token.special)
+
+    @functools.cached_property
     def padding_errors(self) -> dict[int, float]:
         """:meth:`left_padding_error` for the paddings that kernels' SIMD widths make distinct."""
         return {pad: self.left_padding_error(pad) for pad in _PADDINGS}

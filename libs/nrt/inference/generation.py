@@ -17,6 +17,7 @@ from nrt.inference.errors import ContextWindowError, InferenceError
 from nrt.inference.sampling import Sampler
 from nrt.inference.stops import StopMatcher
 from nrt.inference.structs import Chunk, FinishReason, GenerationRequest, Timings, Usage
+from nrt.inference.transcript import Transcript, TranscriptRecorder, encode_prompt
 
 
 @dataclass(slots=True, eq=False)
@@ -31,6 +32,8 @@ class Generation:
     detok: IncrementalDetokenizer
     stops: StopMatcher
     tokens: list[int] = field(default_factory=list)  # prompt + generated
+    recorder: TranscriptRecorder | None = None  # a session's turn: what its ids spell, for the next turn
+    reused_ids: int = 0  # prompt ids taken from the session's transcript instead of tokenizing
     generated: int = 0
     finish_reason: FinishReason | None = None
     cached_tokens: int = 0
@@ -62,7 +65,10 @@ class Generation:
         self.tokens.append(token)
         if token in self.eos_ids and not self.request.ignore_eos:
             return self._finish("stop", "", token)
-        text = self.stops.feed(self.detok.step(token))
+        piece = self.detok.step(token)
+        if self.recorder is not None:
+            self.recorder.feed(token, piece)
+        text = self.stops.feed(piece)
         if self.stops.stopped:
             return self._finish("stop", text, token)
         if self.generated >= self.max_new:
@@ -87,8 +93,14 @@ class Generation:
 
     def _drain(self) -> tuple[str, bool]:
         """Release held-back text at the end; a stop may still complete inside it."""
-        text = self.stops.feed(self.detok.flush())
+        piece = self.detok.flush()
+        if self.recorder is not None:
+            self.recorder.flush(piece)
+        text = self.stops.feed(piece)
         return text + self.stops.flush(), self.stops.stopped
+
+    def transcript(self) -> Transcript | None:
+        return self.recorder.transcript() if self.recorder is not None else None
 
     def usage(self) -> Usage:
         prompt = len(self.prompt_ids)
@@ -121,9 +133,23 @@ def start_generation(
     *,
     context_length: int,
     eos_ids: frozenset[int],
+    special_ids: frozenset[int] = frozenset(),
+    previous: Transcript | None = None,
 ) -> Generation:
-    """Tokenize and validate a request (raises :class:`ContextWindowError` early)."""
-    prompt_ids = list(request.prompt_ids) if request.prompt_ids is not None else encode(request.prompt)
+    """Tokenize and validate a request (raises :class:`ContextWindowError` early).
+
+    ``previous`` is the transcript of the session's last turn: the part of the prompt's text
+    that extends it takes its ids (see :mod:`nrt.inference.transcript`).
+    """
+    recorder: TranscriptRecorder | None = None
+    reused = 0
+    if request.prompt_ids is not None:
+        prompt_ids = list(request.prompt_ids)
+    else:
+        encoded = encode_prompt(request.prompt, encode, tokenizer, previous)
+        prompt_ids, reused = encoded.ids, encoded.reused
+        if request.session_id is not None:
+            recorder = TranscriptRecorder(request.prompt, prompt_ids, encoded.marks, special_ids)
     if not prompt_ids:
         raise InferenceError("the prompt is empty (no tokens to condition on)")
     if request.max_tokens is not None and request.max_tokens < 1:
@@ -144,4 +170,6 @@ def start_generation(
         detok=IncrementalDetokenizer(tokenizer, prompt_ids),
         stops=StopMatcher(request.stop),
         tokens=list(prompt_ids),
+        recorder=recorder,
+        reused_ids=reused,
     )

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from nrt.inference.transcript import Transcript
+
 IntArray = npt.NDArray[np.int64]
 
 
@@ -29,10 +31,12 @@ class RowKV:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class SessionKV:
-    """A finished turn's cache kept for its session: the token ids it covers and the arrays."""
+    """A finished turn's cache kept for its session: the token ids it covers and the arrays,
+    and (for a prompt given as text) the turn's transcript, whose ids start with ``tokens``."""
 
     tokens: tuple[int, ...]
     past: tuple[np.ndarray, ...] = field(repr=False)
+    transcript: Transcript | None = None
 
     @property
     def nbytes(self) -> int:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from nrt.inference.kv import SessionKV
+from nrt.inference.transcript import Transcript
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,12 @@ class SessionStore:
         with self._lock:
             held = self._held.pop(session_id, None)
         return None if held is None else held.kv
+
+    def transcript(self, session_id: str) -> Transcript | None:
+        """The transcript of the session's last finished turn, left in place (None when none is held)."""
+        with self._lock:
+            held = self._held.get(session_id)
+        return None if held is None else held.kv.transcript
 
     def evict(self, session_id: str) -> int:
         """Drop a session's cache; returns the bytes freed (0 when none was held)."""

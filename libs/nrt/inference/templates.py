@@ -9,9 +9,16 @@ so a template can never reach into Python objects. Message text is inserted verb
 Fields a ``layout`` may use:
     ``{prefix}``             the template's fixed prefix (e.g. few-shot examples)
     ``{system}``             the system message(s) rendered with ``system``
-    ``{messages}``           all non-system messages rendered with ``user`` / ``assistant``
+    ``{turns}``              the conversation in order, each message rendered with ``user`` /
+                             ``assistant`` (and ``system``, when the layout has no ``{system}``)
     ``{last_user}``          the raw content of the last user message
     ``{generation_prompt}``  the cue that starts the model's turn
+
+Prefix stability: the prompt of turn N+1 extends turn N's prompt and answer exactly, so a
+session's KV cache is reused and only the new tokens are prefilled. For that, an assistant
+turn's content is inserted without its leading whitespace (the answer the model wrote after a
+cue such as ``Agent:`` starts with a space that the ``assistant`` part, ``Agent: {content}``,
+already places), and a layout puts the generation cue right after ``{turns}``.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ __all__ = [
     "few_shot",
 ]
 
-_LAYOUT_FIELDS = frozenset({"prefix", "system", "messages", "last_user", "generation_prompt"})
+_LAYOUT_FIELDS = frozenset({"prefix", "system", "turns", "last_user", "generation_prompt"})
 _ROLE_FIELDS = frozenset({"content"})
 
 
@@ -45,7 +52,7 @@ class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True):
     """How one model wants its prompt. Defaults: a plain ``User:`` / ``Assistant:`` chat."""
 
     name: str = "plain-chat"
-    layout: str = "{prefix}{system}{messages}{generation_prompt}"
+    layout: str = "{prefix}{system}{turns}{generation_prompt}"
     system: str = "{content}\n\n"
     user: str = "User: {content}\n"
     assistant: str = "Assistant: {content}\n"
@@ -64,12 +71,9 @@ class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True):
         """The prompt for the model's next turn after ``messages``."""
         if not messages:
             raise TemplateError(f"template {self.name!r}: no messages to render")
+        separate_system = "{system}" in self.layout
         system = "".join(_fill(self.system, {"content": m.content}) for m in messages if m.role == "system")
-        turns = "".join(
-            _fill(self.user if m.role == "user" else self.assistant, {"content": m.content})
-            for m in messages
-            if m.role != "system"
-        )
+        turns = "".join(self._turn(m) for m in messages if not (separate_system and m.role == "system"))
         users = [m.content for m in messages if m.role == "user"]
         if "{last_user}" in self.layout and not users:
             raise TemplateError(f"template {self.name!r} needs a user message")
@@ -78,11 +82,16 @@ class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True):
             {
                 "prefix": _fill(self.prefix, {}),
                 "system": system,
-                "messages": turns,
+                "turns": turns,
                 "last_user": users[-1] if users else "",
                 "generation_prompt": _fill(self.generation_prompt, {}),
             },
         )
+
+    def _turn(self, message: ChatMessage) -> str:
+        if message.role == "assistant":
+            return _fill(self.assistant, {"content": message.content.lstrip()})
+        return _fill(self.user if message.role == "user" else self.system, {"content": message.content})
 
 
 def _check(fmt: str, allowed: frozenset[str], where: str) -> None:

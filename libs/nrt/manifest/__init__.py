@@ -13,6 +13,7 @@ from nrt.manifest.model import (
     Role,
     Routing,
     Tier,
+    TurnTemplate,
 )
 from nrt.manifest.parse import FootprintOf, load_manifest, parse_manifest
 
@@ -31,6 +32,7 @@ __all__ = [
     "Role",
     "Routing",
     "Tier",
+    "TurnTemplate",
     "load_manifest",
     "parse_manifest",
     "parse_rule",

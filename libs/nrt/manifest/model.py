@@ -36,6 +36,20 @@ class Generation:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnTemplate:
+    """How each message of the conversation is written into ``{turns}`` (each has ``{content}``);
+    None: the worker's plain-chat default for that role."""
+
+    system: str | None = None
+    user: str | None = None
+    assistant: str | None = None
+
+
+TEMPLATE_FIELDS = ("system", "turns", "last_user")  # what a manifest ``template`` may place
+TURN_FIELDS = ("content",)  # what a ``turn_template`` part may place
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     id: str
     role: Role
@@ -47,7 +61,8 @@ class ModelSpec:
     promotion_hint: str | None = None
     footprint: int | None = None  # declared bytes; None: taken from the catalogue when known
     description: str = ""
-    template: str | None = None  # prompt template for causal models
+    template: str | None = None  # prompt template for causal models: a built-in's name or a layout
+    turn_template: TurnTemplate | None = None  # the per-message parts of ``{turns}`` in ``template``
     generation: Generation = field(default_factory=Generation)
     # Router only: labelled example utterances per intent, and the confidence floor (None: the
     # router calibrates its own, see nrt.routing.calibration).

@@ -12,6 +12,8 @@ from nrt.manifest.errors import ManifestError, Problem
 from nrt.manifest.model import (
     DECLARABLE_TIERS,
     PROMOTION_HINTS,
+    TEMPLATE_FIELDS,
+    TURN_FIELDS,
     DrainPolicy,
     Generation,
     LruPolicy,
@@ -22,7 +24,9 @@ from nrt.manifest.model import (
     Role,
     Routing,
     Tier,
+    TurnTemplate,
 )
+from nrt.manifest.template_fields import fields_problem, places
 from nrt.manifest.yamltree import KeyPath, YamlTree, parse_yaml, render_path
 from nrt.units import format_size, parse_duration, parse_size
 
@@ -44,6 +48,7 @@ MODEL_KEYS = (
     "footprint",
     "description",
     "template",
+    "turn_template",
     "generation",
     "remote_model",
     "api_key_env",
@@ -51,6 +56,8 @@ MODEL_KEYS = (
 )
 ROUTER_KEYS = (*MODEL_KEYS, "intents", "confidence_threshold")
 SPECIALIST_KEYS = ("id", *MODEL_KEYS)
+TURN_KEYS = ("system", "user", "assistant")
+ROUTER_PROMPT_FIELDS = ("labels", "text")  # a label-likelihood router's classification prompt
 GENERATION_KEYS = ("max_tokens", "temperature", "top_p", "stop")
 ROUTING_KEYS = ("entry", "dispatch_rule")
 LRU_KEYS = ("idle_threshold", "min_lifetime", "sweep_interval")
@@ -237,7 +244,8 @@ class _Reader:
         co_activation = self.typed(data.get("co_activation"), (*path, "co_activation"), str, "a model id")
         footprint = self.converted(data.get("footprint"), (*path, "footprint"), parse_size)
         description = self.typed(data.get("description"), (*path, "description"), str, "text") or ""
-        template = self.typed(data.get("template"), (*path, "template"), str, "a prompt template")
+        template = self.template(data.get("template"), (*path, "template"), role)
+        turn_template = self.turn_template(data.get("turn_template"), (*path, "turn_template"), template)
         remote_model = self.typed(data.get("remote_model"), (*path, "remote_model"), str, "a model name")
         api_key_env = self.typed(data.get("api_key_env"), (*path, "api_key_env"), str, "an environment variable")
         generation = self.generation(data.get("generation"), (*path, "generation"))
@@ -265,6 +273,7 @@ class _Reader:
             footprint=footprint,
             description=description,
             template=template,
+            turn_template=turn_template,
             generation=generation,
             intents=intents,
             confidence_threshold=threshold,
@@ -305,6 +314,38 @@ class _Reader:
             self.fail(
                 (*path, "base_url"), f"expected an http(s) URL such as https://api.anthropic.com, got {base_url!r}"
             )
+
+    def template(self, value: object, path: KeyPath, role: Role) -> str | None:
+        """A built-in template's name, or the whole prompt with ``{system}``, ``{turns}``, ``{last_user}``
+        (a router's may instead be its classification prompt, with ``{labels}`` and ``{text}``)."""
+        template = self.typed(value, path, str, "a prompt template")
+        allowed = (*TEMPLATE_FIELDS, *ROUTER_PROMPT_FIELDS) if role is Role.ROUTER else TEMPLATE_FIELDS
+        problem = fields_problem(template, allowed) if template is not None else None
+        if problem is not None:
+            self.fail(path, f"the template has an {problem}" if problem.startswith("unknown") else problem)
+            return None
+        return template
+
+    def turn_template(self, value: object, path: KeyPath, template: str | None) -> TurnTemplate | None:
+        """The per-message parts of ``{turns}``: a ``{content}`` format per role."""
+        data = self.mapping(value, path, TURN_KEYS, "turn_template")
+        if not data:
+            return None
+        parts: dict[str, str] = {}
+        for role in TURN_KEYS:
+            text = self.typed(data.get(role), (*path, role), str, f"the {role} turn's format, with {{content}}")
+            if text is None:
+                continue
+            problem = fields_problem(text, TURN_FIELDS)
+            if problem is not None:
+                self.fail(
+                    (*path, role), f"the {role} turn has an {problem}" if problem.startswith("unknown") else problem
+                )
+            else:
+                parts[role] = text
+        if template is not None and not places(template, "turns"):
+            self.fail(path, "turn_template is unused: the template has no {turns} field to place the conversation")
+        return TurnTemplate(**parts)
 
     def generation(self, value: object, path: KeyPath) -> Generation:
         data = self.mapping(value, path, GENERATION_KEYS, "generation")

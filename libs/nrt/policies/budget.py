@@ -3,7 +3,9 @@
 Residents count against ``gpu_budget`` (and the worker's accelerator memory, or its
 RAM on a CPU host); standby models against ``ram_budget`` (and the worker's RAM).
 Models that share one artifact on one worker share one copy: they are charged once,
-at the highest tier any of them holds there.
+at the highest tier any of them holds there. The KV caches a resident model keeps for its
+sessions (the bytes its worker measured, as the log recorded them) count against the
+resident budget too, each model's on top of the shared weights.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ class Holding:
     artifact: str
     tier: Tier
     bytes: int
+    kv_bytes: int = 0  # the sessions' KV caches it holds (resident only)
+
+    @property
+    def charge(self) -> int:
+        """Bytes it counts against its tier: the weights, and the sessions' KV while resident."""
+        return self.bytes + (self.kv_bytes if self.tier == Tier.RESIDENT else 0)
+
+
+def session_kv_bytes(cluster: ClusterState, model_id: str, worker_id: str) -> int:
+    """The KV bytes the sessions of ``model_id`` hold on ``worker_id``, as last measured."""
+    return sum(
+        s.kv_bytes
+        for s in cluster.sessions.values()
+        if s.model_id == model_id and s.worker_id == worker_id and not s.kv_evicted
+    )
 
 
 def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
@@ -88,7 +105,8 @@ def _holding(state: ControlState, spec: ModelSpec | None, model_id: str, worker_
     placement = model.placements.get(worker_id) if model is not None else None
     held = placement.bytes_held if placement is not None else 0
     declared = footprint(spec, state.cluster) if spec is not None else 0
-    return Holding(model_id, worker_id, artifact or model_id, tier, max(held, declared))
+    kv = session_kv_bytes(state.cluster, model_id, worker_id)
+    return Holding(model_id, worker_id, artifact or model_id, tier, max(held, declared), kv)
 
 
 def charged(held: Iterable[Holding]) -> dict[tuple[str, str], Holding]:
@@ -101,12 +119,12 @@ def charged(held: Iterable[Holding]) -> dict[tuple[str, str], Holding]:
             out[key] = h
         else:
             tier = h.tier if TIER_RANK[h.tier] > TIER_RANK[known.tier] else known.tier
-            out[key] = replace(known, tier=tier, bytes=max(known.bytes, h.bytes))
+            out[key] = replace(known, tier=tier, bytes=max(known.bytes, h.bytes), kv_bytes=known.kv_bytes + h.kv_bytes)
     return out
 
 
 def tier_total(held: Iterable[Holding], tier: Tier) -> int:
-    return sum(h.bytes for h in charged(held).values() if h.tier == tier)
+    return sum(h.charge for h in charged(held).values() if h.tier == tier)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +163,8 @@ def room(worker: WorkerState, held: Iterable[Holding]) -> WorkerRoom:
         accelerator=worker.accelerator_bytes > 0,
         resident_cap=worker.accelerator_bytes if worker.accelerator_bytes > 0 else worker.ram_bytes,
         standby_cap=worker.ram_bytes,
-        resident_used=sum(h.bytes for h in mine if h.tier == Tier.RESIDENT),
-        standby_used=sum(h.bytes for h in mine if h.tier == Tier.STANDBY),
+        resident_used=sum(h.charge for h in mine if h.tier == Tier.RESIDENT),
+        standby_used=sum(h.charge for h in mine if h.tier == Tier.STANDBY),
     )
 
 

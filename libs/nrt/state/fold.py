@@ -189,6 +189,7 @@ def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
         cached_tokens=e.cached_tokens,
         kv_bytes=e.kv_bytes,
         kv_evicted=False,
+        evicted_reason=None,
     )
     return replace(state, sessions=_with(state.sessions, e.session_id, updated))
 
@@ -198,7 +199,7 @@ def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterStat
     counters = _count(state.counters, kv_evictions=1)
     if session is None:
         return replace(state, counters=counters)
-    updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True)
+    updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True, evicted_reason=e.reason)
     return replace(state, sessions=_with(state.sessions, e.session_id, updated), counters=counters)
 
 

@@ -7,7 +7,7 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 import msgspec
 
 from nrt.events.schema import RouterCalibrated
-from nrt.vocabulary import KeyScope, Tier, WorkerRole
+from nrt.vocabulary import KeyScope, Reason, Tier, WorkerRole
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,8 +41,9 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     last_used_at: datetime
     turns: int = 0
     cached_tokens: int = 0
-    kv_bytes: int = 0
+    kv_bytes: int = 0  # measured by its worker after its last turn; counted against the resident budget
     kv_evicted: bool = False
+    evicted_reason: Reason | None = None  # why its KV went (idle, max_active_sessions, ...)
 
 
 class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
