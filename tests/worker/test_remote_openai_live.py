@@ -146,8 +146,16 @@ async def completed(stack: Stack, request_id: str) -> RequestCompleted:
     return event
 
 
-async def remote_completions(remote: Stack) -> list[RequestCompleted]:
-    return [e for e in await remote.events() if isinstance(e, RequestCompleted)]
+async def remote_completions(remote: Stack, at_least: int = 0) -> list[RequestCompleted]:
+    """The remote stack's completions of requests made with the key it gave this stack (not those of
+    ``direct_answer``'s key), once ``at_least`` of them are in its stream (events arrive after the answer)."""
+    ours = key_id_of(key_sha256(REMOTE_KEY))
+    deadline = time.monotonic() + 5
+    while True:
+        found = [e for e in await remote.events() if isinstance(e, RequestCompleted) and e.key_id == ours]
+        if len(found) >= at_least or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.05)
 
 
 async def direct_answer(remote: Stack) -> tuple[str, dict[str, int]]:
@@ -183,7 +191,7 @@ async def test_a_whole_answer_is_the_remote_stacks_with_its_usage_recorded_here(
         usage["prompt_tokens"],
         usage["completion_tokens"],
     )
-    served = (await remote_completions(remote))[before:]
+    served = (await remote_completions(remote, at_least=before + 1))[before:]
     assert [(e.model_id, e.key_id) for e in served] == [("billing", key_id_of(key_sha256(REMOTE_KEY)))]
     assert served[0].completion_tokens == usage["completion_tokens"]
 
