@@ -5,7 +5,8 @@ gateway's NATS permissions allow: ``nrt.bus.auth``), starting ``last`` messages 
 end of the stream, filtered by the server to the ``types`` asked for (every type by default).
 Each event is one SSE frame: ``id`` the stream sequence, ``event`` the type, ``data`` the
 event in its canonical JSON (``nrt.events.codec``). A comment line every ``KEEPALIVE_S``
-seconds keeps proxies from closing a quiet stream. The stream ends when the client goes away.
+seconds keeps proxies from closing a quiet stream. The stream ends when the client goes away,
+or when the gateway is stopping (``Runtime.closing``), so an open dashboard does not hold it up.
 
 The API key events (``ApiKeyCreated``, ``ApiKeyRevoked``: key hashes) are for admin keys only,
 as the keys are in ``/v1/cluster``: an infer key's feed leaves them out, and asking for them is a 403.
@@ -28,6 +29,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Stream
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from api_gateway.auth import infer_key, is_admin
@@ -88,8 +90,9 @@ async def start_sequence(nc: Client, last: int) -> int:
     return max(1, info.state.last_seq - last + 1)
 
 
-async def event_frames(nc: Client, query: FeedQuery) -> AsyncIterator[bytes]:
-    """The SSE frames of the events ``query`` asks for, from its start, then live, until cancelled."""
+async def event_frames(nc: Client, query: FeedQuery, closing: asyncio.Event) -> AsyncIterator[bytes]:
+    """The SSE frames of the events ``query`` asks for, from its start, then live, until cancelled
+    or ``closing`` is set."""
     config = ConsumerConfig(
         filter_subjects=query.filters,
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -98,11 +101,17 @@ async def event_frames(nc: Client, query: FeedQuery) -> AsyncIterator[bytes]:
     sub = await nc.jetstream().subscribe(
         subjects.EVENTS_ALL, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config
     )
+    closed = asyncio.ensure_future(closing.wait())
+    receiving: asyncio.Future[Msg] | None = None
     try:
         yield b": nrt events\n\n"  # the headers and a first byte now: the client knows it is connected
         while True:
+            receiving = asyncio.ensure_future(sub.next_msg(timeout=KEEPALIVE_S))
+            await asyncio.wait({receiving, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if closed.done():
+                return
             try:
-                msg = await sub.next_msg(timeout=KEEPALIVE_S)
+                msg = receiving.result()
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
@@ -113,6 +122,9 @@ async def event_frames(nc: Client, query: FeedQuery) -> AsyncIterator[bytes]:
                 continue
             yield sse_frame(msg.metadata.sequence.stream, event.type, msg.data)
     finally:
+        closed.cancel()
+        if receiving is not None:
+            receiving.cancel()
         with contextlib.suppress(Exception):
             await asyncio.shield(sub.unsubscribe())
 
@@ -138,7 +150,7 @@ async def event_stream(
     query = feed_query(types, last, admin=is_admin(runtime, request.headers))
     nc = runtime.require().nc
     return Stream(
-        event_frames(nc, query),
+        event_frames(nc, query, runtime.closing),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
