@@ -87,7 +87,10 @@ async def test_dashboard_shows_the_cluster_and_a_routed_request_live(
 
                 # a routed request shows in the live feed and the routing panel within 2 s
                 answer = await stack.client().chat.completions.with_raw_response.create(
-                    model="router", messages=[{"role": "user", "content": BILLING}], max_tokens=3
+                    model="router",
+                    messages=[{"role": "user", "content": BILLING}],
+                    max_tokens=3,
+                    extra_headers={"X-NRT-Session": "ui-session"},
                 )
                 request_id = answer.headers["X-NRT-Request-Id"]
                 answered = time.monotonic()
@@ -98,6 +101,11 @@ async def test_dashboard_shows_the_cluster_and_a_routed_request_live(
                 assert await routed.get_attribute("data-target") == "billing"
                 cells = await routed.locator("td").all_text_contents()
                 assert cells[2:5] == ["billing", "1.000", "billing"], cells
+
+                # the conversation's session shows with its worker once cluster_state has folded it
+                session = page.locator('#sessions tr[data-session="ui-session"]')
+                await session.wait_for(timeout=5000)
+                assert "billing" in await session.locator("td").all_text_contents()
 
                 screenshot = tmp_path / "dashboard.png"
                 await page.screenshot(path=str(screenshot), full_page=True)
