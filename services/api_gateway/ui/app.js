@@ -201,7 +201,7 @@ async function follow() {
 
 async function metrics() {
   try {
-    const resp = await fetch("/metrics");
+    const resp = await fetch("/metrics", { headers: authHeaders(apiKey()) });
     if (resp.ok) {
       const lines = (await resp.text()).split("\n").filter((l) => l.startsWith("nrt_"));
       $("metrics").classList.remove("muted");
