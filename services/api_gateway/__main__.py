@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from api_gateway.app import create_app
+from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
 from nrt.service import configure_logging, run_loop
 from nrt.settings import SettingsError
@@ -28,17 +29,24 @@ class _Server(uvicorn.Server):
 
 async def serve(settings: GatewaySettings) -> None:
     setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         loop="uvloop" if settings.uvloop else "asyncio",  # what this process runs on (see run_loop)
     )
     server = _Server(config)
+    runtime: Runtime = app.state.runtime
+
+    def stop() -> None:
+        runtime.closing.set()  # end the open event feeds, or uvicorn waits for their clients to leave
+        server.should_exit = True
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        loop.add_signal_handler(sig, stop)
     await server.serve()
     logging.getLogger("nrt.service").info("%s stopped", SERVICE)
 

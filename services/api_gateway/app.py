@@ -4,6 +4,8 @@
   (``model`` = the entry model) or direct; JSON or SSE.
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
 - ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
+- ``GET /v1/events/stream``: the event log, live, as server-sent events (the dashboard's feed).
+- ``GET /ui``: the dashboard (static files; it asks for a key and calls the ``/v1`` routes).
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
 
 Every ``/v1`` route needs an API key (``api_gateway.auth``); health and the schemas are open.
@@ -28,7 +30,9 @@ from api_gateway.body import GatewayRequest
 from api_gateway.cluster import cluster_state, get_manifest, list_models, manifest_options, put_manifest
 from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
+from api_gateway.dashboard import ui_router
 from api_gateway.errors import exception_handlers
+from api_gateway.events_feed import event_stream
 from api_gateway.health import healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
@@ -75,6 +79,8 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             list_keys,
             revoke_key,
             asyncapi_document,
+            event_stream,
+            ui_router(),
         ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]

@@ -59,6 +59,7 @@ class Runtime:
         self.limiter = RateLimiter()  # per API key, in this gateway process
         self.bus: Bus | None = None
         self.connected = asyncio.Event()
+        self.closing = asyncio.Event()  # the server is stopping: open-ended streams (the events feed) end
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

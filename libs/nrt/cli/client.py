@@ -7,14 +7,18 @@ that ``nrt up`` writes in its data directory; the API key from ``--api-key``, el
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from typing import Any
 
 import click
 import httpx
+from rich.live import Live
 
 from nrt.cli.settings import cli_settings
+from nrt.cli.status_view import status_view
 from nrt.stack import endpoints
 from nrt.stack import keys as stack_keys
 from nrt.units import format_size
@@ -50,6 +54,20 @@ def auth_headers(base: str, given: str | None, admin: bool = False) -> dict[str,
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def watch_status(base: str, headers: dict[str, str], interval: float, count: int | None) -> None:
+    """Redraw ``/v1/cluster`` every ``interval`` seconds (``count`` times, or until Ctrl-C)."""
+    drawn = 0
+    with httpx.Client(base_url=base, timeout=10, headers=headers) as client, Live(auto_refresh=False) as live:
+        while count is None or drawn < count:
+            response = client.get("/v1/cluster")
+            if response.status_code >= 400:
+                raise http_error(response)
+            live.update(status_view(response.json(), response.headers.get(STATE_SOURCE_HEADER)), refresh=True)
+            drawn += 1
+            if count is None or drawn < count:
+                time.sleep(interval)
+
+
 def http_error(response: httpx.Response) -> click.ClickException:
     try:
         message = response.json()["error"]["message"]
@@ -60,6 +78,7 @@ def http_error(response: httpx.Response) -> click.ClickException:
     return click.ClickException(f"{response.status_code}: {message}")
 
 
+STATE_SOURCE_HEADER = "X-NRT-State-Source"  # who folded the state: cluster_state, or the gateway itself
 API_KEY_HELP = "API key (NRT_API_KEY; default: the local `nrt up` stack's)"
 
 
@@ -119,10 +138,28 @@ def chat(
 @click.option("--url", default=None, help="gateway URL (NRT_GATEWAY_URL; default: the local `nrt up` stack)")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
 @click.option("--api-key", default=None, help=API_KEY_HELP)
-def status(url: str | None, as_json: bool, api_key: str | None) -> None:
-    """Tiers, memory, sessions and the manifest version of a running stack."""
+@click.option("--watch", is_flag=True, help="redraw the picture live until interrupted (Ctrl-C)")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="--watch: seconds between redraws",
+)
+@click.option("--count", type=click.IntRange(min=1), default=None, help="--watch: stop after this many redraws")
+def status(
+    url: str | None, as_json: bool, api_key: str | None, watch: bool, interval: float, count: int | None
+) -> None:
+    """Tiers, memory, sessions and the manifest version of a running stack (live with --watch)."""
     base = gateway_url(url)
-    response = httpx.get(f"{base}/v1/cluster", timeout=10, headers=auth_headers(base, api_key))
+    headers = auth_headers(base, api_key)
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch draws tables; it does not go with --json")
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the way out of a watch, not an error
+            watch_status(base, headers, interval, count)
+        return
+    response = httpx.get(f"{base}/v1/cluster", timeout=10, headers=headers)
     if response.status_code >= 400:
         raise http_error(response)
     state = response.json()
