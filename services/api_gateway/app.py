@@ -4,8 +4,9 @@
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
 - ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
+- ``GET /metrics``: Prometheus metrics (``api_gateway.metrics``).
 
-Every ``/v1`` route needs an API key (``api_gateway.auth``); health and the schemas are open.
+Every ``/v1`` route needs an API key (``api_gateway.auth``); health, metrics and the schemas are open.
 - The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people); the NATS message
   contract as AsyncAPI at ``/schema/asyncapi.json``.
 
@@ -29,6 +30,7 @@ from api_gateway.contract import asyncapi_document
 from api_gateway.errors import exception_handlers
 from api_gateway.health import healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
+from api_gateway.metrics import metrics
 from api_gateway.openapi_docs import document_chat_request, openapi_config
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
@@ -60,6 +62,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         route_handlers=[
             healthz,
             readyz,
+            metrics,
             chat_completions,
             list_models,
             cluster_state,
