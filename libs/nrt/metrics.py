@@ -35,7 +35,8 @@ from nrt.vocabulary import Tier
 
 log = logging.getLogger("nrt.metrics")
 
-disable_created_metrics()  # no ``_created`` series beside each counter and histogram: Prometheus has no use for them
+# no ``_created`` series beside each counter and histogram: Prometheus has no use for them
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
