@@ -13,6 +13,7 @@ import uvicorn
 
 from api_gateway.app import create_app
 from api_gateway.settings import GatewaySettings
+from nrt.metrics import serve_metrics
 from nrt.service import configure_logging, run_loop
 from nrt.settings import SettingsError
 from nrt.telemetry import setup_tracing
@@ -28,8 +29,11 @@ class _Server(uvicorn.Server):
 
 async def serve(settings: GatewaySettings) -> None:
     setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
+    app = create_app(settings)
+    # GET /metrics on the HTTP port; also on a metrics port of its own when NRT_METRICS_PORT is set
+    metrics = serve_metrics(SERVICE, app.state.runtime.metrics.registry, settings.metrics_port, settings.metrics_host)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
@@ -39,7 +43,11 @@ async def serve(settings: GatewaySettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-    await server.serve()
+    try:
+        await server.serve()
+    finally:
+        if metrics is not None:
+            metrics.close()
     logging.getLogger("nrt.service").info("%s stopped", SERVICE)
 
 
