@@ -72,12 +72,14 @@ def _prometheus_targets() -> dict[str, list[str]]:
 def test_compose_runs_prometheus_and_grafana_with_their_provisioning() -> None:
     services = _compose()["services"]
     prometheus, grafana = services["prometheus"], services["grafana"]
-    assert prometheus["image"].startswith("prom/prometheus:") and grafana["image"].startswith("grafana/grafana:")
+    assert prometheus["image"].startswith("prom/prometheus:")
+    assert grafana["image"].startswith("grafana/grafana:")
     assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
     assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
     assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
-    assert prometheus["healthcheck"]["test"] and grafana["healthcheck"]["test"]
+    assert prometheus["healthcheck"]["test"]
+    assert grafana["healthcheck"]["test"]
     for name in ("prometheus", "grafana"):
         assert name in _compose()["volumes"]
     # every mounted file or folder is in the repository
