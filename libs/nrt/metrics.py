@@ -8,7 +8,7 @@ knows nothing of metrics: figures derived from the folded ``ClusterState`` are c
 from it on each scrape (``ClusterCollector``).
 
 Names follow Prometheus conventions: ``nrt_`` prefix, base units (seconds, bytes) in the
-name, ``_total`` for counters. ``FAMILIES`` lists every family name a scrape can show.
+name, ``_total`` for counters. ``defined_families()`` names every family a scrape can show.
 """
 
 from __future__ import annotations
