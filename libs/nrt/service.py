@@ -22,9 +22,11 @@ import msgspec
 import uvloop
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
+from prometheus_client import CollectorRegistry
 
 from nrt.bus import broker as bus
 from nrt.bus.connection import credentials_of
+from nrt.metrics import serve_metrics
 from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
@@ -60,6 +62,7 @@ class ServiceContext:
     started: float = field(default_factory=time.monotonic)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     counters: dict[str, Callable[[], int]] = field(default_factory=dict)  # named counts the health reply carries
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this service's metrics (nrt.metrics)
 
     @property
     def nc(self) -> Client:
@@ -92,6 +95,7 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
     broker = await bus.start_broker(settings.nats_url or DEFAULT_NATS_URL, name, credentials=credentials_of(settings))
     ctx = ServiceContext(name=name, settings=settings, broker=broker)
     await serve_health(ctx)
+    metrics = serve_metrics(name, ctx.registry, settings.metrics_port, settings.metrics_host)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stopping.set)
@@ -107,6 +111,8 @@ async def run_service(name: str, body: ServiceBody, settings: Settings | None = 
             pending.cancel()
         await asyncio.gather(task, stop, return_exceptions=True)
         await broker.stop()
+        if metrics is not None:
+            metrics.close()
         log.info("%s stopped", name)
 
 

@@ -89,6 +89,17 @@ class Settings(BaseSettings):
         validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
         description="export traces over OTLP/HTTP to this endpoint when set",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="serve this service's Prometheus metrics at `http://HOST:PORT/metrics` (`0`: a free port, "
+        "logged); unset: no metrics port (the gateway also serves its own at `GET /metrics`)",
+    )
+    metrics_host: str = Field(
+        default="0.0.0.0",
+        description="the address the metrics port listens on (`nrt up`: the gateway's address)",
+    )
     uvloop: bool = Field(
         default=True,
         description="`0`: the services run on asyncio's own event loop instead of uvloop (`bench.gateway` "

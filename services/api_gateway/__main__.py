@@ -14,6 +14,7 @@ import uvicorn
 from api_gateway.app import create_app
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
+from nrt.metrics import serve_metrics
 from nrt.service import configure_logging, run_loop
 from nrt.settings import SettingsError
 from nrt.telemetry import setup_tracing
@@ -30,6 +31,8 @@ class _Server(uvicorn.Server):
 async def serve(settings: GatewaySettings) -> None:
     setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
     app = create_app(settings)
+    # GET /metrics on the HTTP port; also on a metrics port of its own when NRT_METRICS_PORT is set
+    metrics = serve_metrics(SERVICE, app.state.runtime.metrics.registry, settings.metrics_port, settings.metrics_host)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -47,7 +50,11 @@ async def serve(settings: GatewaySettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
-    await server.serve()
+    try:
+        await server.serve()
+    finally:
+        if metrics is not None:
+            metrics.close()
     logging.getLogger("nrt.service").info("%s stopped", SERVICE)
 
 

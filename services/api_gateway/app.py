@@ -7,8 +7,9 @@
 - ``GET /v1/events/stream``: the event log, live, as server-sent events (the dashboard's feed).
 - ``GET /ui``: the dashboard (static files; it asks for a key and calls the ``/v1`` routes).
 - ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
+- ``GET /metrics``: Prometheus metrics (``api_gateway.metrics``).
 
-Every ``/v1`` route needs an API key (``api_gateway.auth``); health and the schemas are open.
+Every ``/v1`` route needs an API key (``api_gateway.auth``); health, metrics and the schemas are open.
 - The OpenAPI schema at ``/schema/openapi.json`` (and ``/schema`` for people); the NATS message
   contract as AsyncAPI at ``/schema/asyncapi.json``.
 
@@ -36,6 +37,7 @@ from api_gateway.events_feed import event_stream
 from api_gateway.health import healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
+from api_gateway.metrics import metrics
 from api_gateway.openapi_docs import document_chat_request, document_messages_request, openapi_config
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
@@ -67,6 +69,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         route_handlers=[
             healthz,
             readyz,
+            metrics,
             chat_completions,
             create_message,
             list_models,

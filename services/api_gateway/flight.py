@@ -36,6 +36,7 @@ from api_gateway.validate import ChatCall, check_model
 from nrt.bus import rpc, subjects, tracing
 from nrt.bus.errors import RemoteError
 from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
+from nrt.metrics import DIRECT, UNROUTED, route_outcome
 from nrt.protocol import Cancel, InboxFrame, RouteRequest
 
 tracer = trace.get_tracer("api_gateway")
@@ -125,7 +126,11 @@ class Flight:
         if chunk.route is not None:  # the first chunk of a routed answer: the router's decision
             self.span.set_attribute("nrt.intent", chunk.route.intent or "")
             self.span.set_attribute("nrt.target", chunk.route.target)
-        return self.transcript.on_chunk(chunk, time.perf_counter(), time.time())
+        previous, now = self.transcript.last_at, time.perf_counter()
+        text = self.transcript.on_chunk(chunk, now, time.time())
+        if text and previous is not None:
+            self.runtime.metrics.inter_token.labels(self.transcript.final_model).observe(now - previous)
+        return text
 
     async def rest(self, first: str | None) -> AsyncIterator[str]:
         """The answer's texts after ``first`` (the non-empty ones), to its end.
@@ -163,6 +168,7 @@ class Flight:
         ended = time.perf_counter()
         usage = t.usage()
         self._end()
+        self._measure(200, ended)
         self.runtime.limiter.charge(self.key_id, usage.prompt_tokens + usage.completion_tokens)
         self.bus.emitter.emit(
             RequestCompleted(
@@ -183,6 +189,7 @@ class Flight:
             return
         t = self.transcript
         self._end(error)
+        self._measure(error.status, time.perf_counter())
         self.bus.emitter.emit(
             RequestFailed(
                 request_id=t.request_id,
@@ -204,6 +211,24 @@ class Flight:
         task = asyncio.get_running_loop().create_task(self.bus.nc.publish(subjects.CANCEL, rpc.encode(cancel)))
         _cancels.add(task)
         task.add_done_callback(_cancels.discard)
+
+    def _measure(self, status: int, ended: float) -> None:
+        """The request's figures: its outcome and status; for an answer, its latencies and tokens."""
+        t, m = self.transcript, self.runtime.metrics
+        model = t.final_model
+        if t.dispatch is not None:
+            outcome = route_outcome(t.dispatch.intent, t.dispatch.target, t.dispatch.entry_model)
+        else:
+            outcome = UNROUTED if t.routed else DIRECT
+        m.requests.labels(model, outcome, str(status)).inc()
+        if status != 200:
+            return
+        m.duration.labels(model).observe(ended - t.started)
+        if t.first_token_at is not None:
+            m.ttft.labels(model).observe(t.first_token_at - t.started)
+        usage = t.usage()
+        m.tokens.labels(model, "in").inc(usage.prompt_tokens)
+        m.tokens.labels(model, "out").inc(usage.completion_tokens)
 
     def _end(self, error: ApiError | None = None) -> None:
         self.ended = True

@@ -27,6 +27,9 @@ from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.bus.outbox import Outbox
 from nrt.events import CONTROL_PLANE, AnyEvent, WorkerLost
+from nrt.manifest import Manifest
+from nrt.metrics import ClusterCollector, GatewayMetrics
+from nrt.state import ClusterState
 
 log = logging.getLogger("api_gateway")
 
@@ -57,6 +60,8 @@ class Runtime:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.limiter = RateLimiter()  # per API key, in this gateway process
+        self.metrics = GatewayMetrics()  # this gateway's registry: GET /metrics
+        self.metrics.registry.register(ClusterCollector(self._cluster, self._manifest))
         self.bus: Bus | None = None
         self.connected = asyncio.Event()
         self.closing = asyncio.Event()  # the server is stopping: open-ended streams (the events feed) end
@@ -97,6 +102,12 @@ class Runtime:
         self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
+
+    def _cluster(self) -> ClusterState:
+        return self.bus.follower.state if self.bus is not None else ClusterState()
+
+    def _manifest(self) -> Manifest | None:
+        return self.bus.follower.manifest if self.bus is not None else None
 
     def require(self) -> Bus:
         """The bus, or 503 while the gateway is not connected."""

@@ -37,6 +37,7 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         manifest_file=source,
         tuning=settings.tuning(),
         keys=settings.keys(),
+        registry=ctx.registry,
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     await service.run(ctx.stopping)

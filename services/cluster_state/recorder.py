@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from nats.aio.client import Client
@@ -42,6 +43,7 @@ from nrt.bus import subjects
 from nrt.bus.contract import may_carry
 from nrt.bus.jetstream import ensure_events_stream
 from nrt.events import Event, EventDecodeError, decode
+from nrt.metrics import StateMetrics
 from nrt.store import Checkpoint, EventLog, RecordedEvent
 
 log = logging.getLogger("nrt.cluster_state.recorder")
@@ -63,7 +65,9 @@ class Recorder:
         batch: int = 1_000,
         poll_s: float = 0.1,
         linger_s: float = 0.05,
+        metrics: StateMetrics | None = None,
     ) -> None:
+        self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.store = store
@@ -145,6 +149,7 @@ class Recorder:
             except TimeoutError:
                 messages = []
             if not messages:
+                self.metrics.positions(self.sequence, self.sequence)  # nothing more in the stream
                 self.caught_up.set()
                 continue
             if len(messages) < self.batch and self.linger_s > 0:
@@ -173,6 +178,7 @@ class Recorder:
                 continue
             if not may_carry(msg.subject, event.type):
                 self.rejected += 1
+                self.metrics.rejected.inc()
                 log.error(
                     "rejected %s %s at stream sequence %d: %s may not carry it (%d rejected since start)",
                     event.type,
@@ -184,8 +190,12 @@ class Recorder:
                 continue
             events.append(event)
         last = messages[-1].metadata.sequence.stream
+        started = time.perf_counter()
         result = await self.store.append(events, checkpoint=Checkpoint(consumer=self.consumer, sequence=last))
+        self.metrics.append.observe(time.perf_counter() - started)
+        self.metrics.recorded.inc(len(result.recorded))
         self.sequence = last
+        self.metrics.positions(last + messages[-1].metadata.num_pending, last)  # pending: still in the stream
         await messages[-1].ack()  # and every message before it (AckPolicy.ALL): one ack per batch
         if result.duplicates:
             log.info("skipped %d events already in the log (redelivered)", result.duplicates)

@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from faststream.nats import NatsBroker
 from faststream.nats.subscriber.usecases import LogicSubscriber
+from prometheus_client import CollectorRegistry
 
 from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.keys import bootstrap_keys, create_key, revoke_key
@@ -38,13 +39,14 @@ from cluster_state.swap import Swapper
 from nrt.bus import broker as bus
 from nrt.bus import subjects
 from nrt.bus.jetstream import EventPublisher
-from nrt.events import ManifestApplied
+from nrt.events import DrainCompleted, ManifestApplied
 from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
+from nrt.metrics import ClusterCollector, StateMetrics
 from nrt.policies import ControlState, Tuning
 from nrt.protocol import ApplyManifest, ApplyResult, CreateKey, PromoteModel, PromoteResult, RevokeKey, StateQuery
 from nrt.state import ApiKey, ClusterState
-from nrt.store import EventStore, upgrade
+from nrt.store import EventStore, RecordedEvent, upgrade
 from nrt.vocabulary import KeyScope
 
 log = logging.getLogger("nrt.cluster_state")
@@ -68,8 +70,10 @@ class ClusterStateService:
         tuning: Tuning | None = None,
         tick_s: float = 0.25,
         keys: dict[KeyScope, str] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.broker = broker
+        self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
         nc = broker.connection
         self.database_url = database_url
         self.manifest_text = manifest_text
@@ -83,7 +87,10 @@ class ClusterStateService:
             broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning())
         )
         self.swapper = Swapper(self.controller)
-        self.recorder = Recorder(nc, self.store, self.controller.on_recorded)
+        self.recorder = Recorder(nc, self.store, self._on_recorded, metrics=self.metrics)
+        self.metrics.registry.register(
+            ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
+        )
         self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._subs: list[LogicSubscriber[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,6 +180,12 @@ class ClusterStateService:
                 log.warning("another cluster_state instance holds the leader lock; waiting for it to stop")
                 announced = True
             await asyncio.sleep(1.0)
+
+    def _on_recorded(self, recorded: list[RecordedEvent]) -> None:
+        self.controller.on_recorded(recorded)
+        for record in recorded:
+            if isinstance(record.event, DrainCompleted):
+                self.metrics.drain.labels(record.event.outcome.value).observe(record.event.waited_ms / 1e3)
 
     async def _reseed(self) -> None:
         """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""

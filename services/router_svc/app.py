@@ -20,6 +20,7 @@ from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.outbox import Outbox
 from nrt.events import CONTROL_PLANE
+from nrt.metrics import RouterMetrics
 from nrt.service import ServiceContext
 from nrt.vocabulary import WorkerRole
 from router_svc.manifests import ManifestHistory
@@ -40,6 +41,7 @@ def router_host(ctx: ServiceContext, settings: RouterSettings) -> Worker:
         ort_threads=settings.router_ort_threads,
         heartbeat_s=settings.heartbeat_s,
         role=WorkerRole.ROUTER,
+        registry=ctx.registry,  # router_svc's metrics port shows its router host's too
     )
 
 
@@ -52,7 +54,7 @@ async def run(ctx: ServiceContext, settings: RouterSettings | None = None, host:
     emitter = EventEmitter(ctx.nc, outbox=Outbox.open(settings.home, "router_svc"), service="router_svc")
     await emitter.start()
     await host.start()
-    router = Router(ctx.nc, manifests, emitter, host, settings)
+    router = Router(ctx.nc, manifests, emitter, host, settings, RouterMetrics(ctx.registry))
     server = RouteServer(ctx.nc, subjects.ROUTE, router.handle, settings.queue)
     await server.start()
     heartbeats = asyncio.create_task(host.run_heartbeats(ctx.stopping))

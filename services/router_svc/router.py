@@ -28,6 +28,7 @@ from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailabl
 from nrt.bus.rpc import StreamInbox
 from nrt.events import RequestRouted
 from nrt.manifest import Manifest
+from nrt.metrics import RouterMetrics
 from nrt.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
 from nrt.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
 from router_svc.manifests import ManifestHistory
@@ -45,9 +46,16 @@ PLACEMENT_SETTLE_S = 5.0  # a router host that has joined this long ago without 
 
 class Router:
     def __init__(
-        self, nc: Client, manifests: ManifestHistory, emitter: EventEmitter, host: Worker, settings: RouterSettings
+        self,
+        nc: Client,
+        manifests: ManifestHistory,
+        emitter: EventEmitter,
+        host: Worker,
+        settings: RouterSettings,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.nc, self.manifests, self.emitter, self.settings = nc, manifests, emitter, settings
+        self.metrics = metrics if metrics is not None else RouterMetrics()
         self.host = host  # this instance as the entry model's worker
 
     async def handle(self, request: RouteRequest, inbox: StreamInbox, received_at: float) -> None:
@@ -71,6 +79,7 @@ class Router:
         classify_ms = (time.perf_counter() - asked) * 1e3
         span.set_attribute("nrt.intent", decision.intent or "")
         span.set_attribute("nrt.target", decision.target)
+        self.metrics.decided(decision.intent, decision.target, decision.entry, decision.confidence)
         route = Dispatch(
             request_id=request.request_id,
             entry_model=decision.entry,

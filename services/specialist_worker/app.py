@@ -20,6 +20,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         ort_threads=settings.worker_ort_threads,
         ort_spin=settings.worker_ort_spin,
         remote=settings.remote_policy(),
+        registry=ctx.registry,
     )
     await worker.start()
     try:

@@ -10,18 +10,21 @@ All methods are blocking (file reads, session builds): call them from a thread.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nrt.bus.errors import BadRequest, Unavailable
 from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.inference.artifact import read_record
+from nrt.metrics import ModelLoad
 from nrt.vocabulary import Tier
 from specialist_worker.resources import resident_set_bytes
 from specialist_worker.session_table import SessionTable
 from specialist_worker.sources import LocalArtifact, RemoteEndpoint
 
 Runtime = BatchingGenerator | Encoder
+BatchObserver = Callable[[str], Callable[[int], None]]  # model id -> what its batcher tells each step's size
 
 
 def session_key(model_id: str, session_id: str) -> str:
@@ -78,9 +81,12 @@ class Transition:
 
 
 class ModelHost:
-    def __init__(self, registry: ArtifactRegistry, max_batch_size: int = 16) -> None:
+    def __init__(
+        self, registry: ArtifactRegistry, max_batch_size: int = 16, batch_observer: BatchObserver | None = None
+    ) -> None:
         self.registry = registry
         self.max_batch_size = max_batch_size
+        self.batch_observer = batch_observer
         self.hosted: dict[str, Hosted] = {}
         self._runtimes: dict[Path, Runtime] = {}
         self._session_bytes: dict[Path, int] = {}  # measured memory of each live session
@@ -109,6 +115,24 @@ class ModelHost:
         if self.registry.tier(model_id) == "resident":
             held += self._session_bytes.get(path, 0)
         return held
+
+    def loads(self) -> list[ModelLoad]:
+        """Each hosted model's tier, bytes, and its batcher's queue and rows (for the metrics, at a scrape)."""
+        with self._lock:
+            out = []
+            for model_id, hosted in self.hosted.items():
+                runtime = self._runtimes.get(hosted.artifact_dir) if hosted.artifact_dir is not None else None
+                stats = runtime.stats() if isinstance(runtime, BatchingGenerator) else None
+                out.append(
+                    ModelLoad(
+                        model_id=model_id,
+                        tier=self.tier(model_id).value,
+                        bytes_held=self.bytes_held(model_id),
+                        queued=stats.queued if stats is not None else 0,
+                        running=stats.active + stats.prefilling if stats is not None else 0,
+                    )
+                )
+            return out
 
     def runtime(self, model_id: str) -> Runtime:
         with self._lock:
@@ -204,7 +228,8 @@ class ModelHost:
         session = self.registry.session(model_id)
         if read_record(path).kind == "encoder":
             return Encoder(session, path)
-        return BatchingGenerator(CausalLM(session, path), max_batch_size=self.max_batch_size)
+        on_step = self.batch_observer(model_id) if self.batch_observer is not None else None
+        return BatchingGenerator(CausalLM(session, path), max_batch_size=self.max_batch_size, on_step=on_step)
 
     def _drop_runtime_if_sessionless(self, path: Path) -> None:
         live = {usage.artifact_dir for usage in self.registry.usage() if usage.has_session}

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from nrt.events import TierChanged
+from nrt.metrics import WorkerMetrics
 from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.ports import EventSink, Loaded, ModelSubjects, SpecLookup
@@ -27,7 +28,9 @@ class Tiers:
         specs: SpecLookup,
         model_subjects: ModelSubjects,
         loaded: Loaded | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.worker_id, self.host, self.events, self.specs = worker_id, host, events, specs
         self.model_subjects = model_subjects
         self.loaded = loaded  # told of each model once its load is recorded (an entry router calibrates)
@@ -93,6 +96,8 @@ class Tiers:
         """Record a measured tier change; none for a step that changed nothing, except a failed
         load (unloaded -> unloaded), which withdraws the placement the log announced, and a load
         of a model already ``held`` here, which re-announces its tier (from and to the same)."""
+        if step.changed and self.metrics is not None:
+            self._measure(step, reason, cold_start)
         if step.changed or held or reason == Reason.LOAD_FAILED:
             self.events.emit(
                 TierChanged(
@@ -106,3 +111,10 @@ class Tiers:
                     cold_start=cold_start,
                 )
             )
+
+    def _measure(self, step: Transition, reason: Reason, cold_start: bool) -> None:
+        assert self.metrics is not None
+        m = self.metrics
+        m.transitions.labels(m.worker_id, step.model_id, step.from_tier.value, step.to_tier.value, reason.value).inc()
+        if cold_start:
+            m.cold_start.labels(m.worker_id, step.model_id).observe(step.elapsed_ms / 1e3)

@@ -28,6 +28,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from prometheus_client import CollectorRegistry
 
 from nrt.bus import broker as bus
 from nrt.bus import rpc, subjects
@@ -38,6 +39,7 @@ from nrt.bus.jetstream import EventPublisher
 from nrt.events import ManifestApplied
 from nrt.inference import ArtifactRegistry
 from nrt.manifest import ModelSpec
+from nrt.metrics import WorkerMetrics
 from nrt.protocol import (
     Accepted,
     Cancel,
@@ -81,13 +83,18 @@ class Worker:
         role: WorkerRole = WorkerRole.SPECIALIST,
         max_queue: int = 64,
         remote: RemotePolicy | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
+        self.metrics = WorkerMetrics(self.worker_id, registry)  # registry: its service's (default: its own)
         self.host = ModelHost(
-            ArtifactRegistry(intra_op_threads=ort_threads, spin=ort_spin), max_batch_size=max_batch_size
+            ArtifactRegistry(intra_op_threads=ort_threads, spin=ort_spin),
+            max_batch_size=max_batch_size,
+            batch_observer=self.metrics.batch_observer,
         )
+        self.metrics.watch(self.host.loads)
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
         self.manifest = EventFollower(broker)
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
@@ -102,7 +109,7 @@ class Worker:
             heartbeat_s,
             role,
         )
-        self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded)
+        self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded, self.metrics)
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(
             self.worker_id,

@@ -17,6 +17,7 @@ import nats
 import psycopg
 import pytest
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
 from nrt.infra.pgurl import to_libpq
@@ -88,6 +89,20 @@ def test_nrt_up_serves_a_routed_stream_records_events_and_stops_cleanly(  # type
     assert folded.headers["x-nrt-state-source"] == "cluster_state"  # the fold of the PostgreSQL log
     assert folded.json()["manifest_version"] == 1
     assert folded.json()["counters"]["requests_admitted"] >= 1
+
+    # each process serves its Prometheus metrics where endpoints.json says (the gateway's without a key)
+    assert set(stack.endpoints.metrics) == {"api_gateway", "router_svc", "specialist_worker", "cluster_state"}
+    counted = {
+        "api_gateway": "nrt_requests",
+        "router_svc": "nrt_router_decisions",
+        "specialist_worker": "nrt_tier_transitions",
+        "cluster_state": "nrt_events_recorded",
+    }
+    for service, family in counted.items():
+        scraped = httpx.get(stack.endpoints.metrics[service], timeout=10)
+        assert scraped.status_code == 200, service
+        values = {f.name: sum(s.value for s in f.samples) for f in text_string_to_metric_families(scraped.text)}
+        assert values.get(family, 0) > 0, f"{service}: {family} in {sorted(values)}"
 
     # one trace across the four processes, exported over OTLP/HTTP by each of them
     hops = {"api_gateway", "router_svc", "specialist_worker"}

@@ -62,3 +62,43 @@ def test_dockerfile_installs_exactly_as_the_readme_does() -> None:
         assert "scripts/bootstrap" in (ROOT / "scripts" / script).read_text()
     for copied in ("pyproject.toml", "requirements.lock", "libs", "services", "migrations", "manifests", "scripts"):
         assert copied in dockerfile
+
+
+def _prometheus_targets() -> dict[str, list[str]]:
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    return {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
+
+
+def test_compose_runs_prometheus_and_grafana_with_their_provisioning() -> None:
+    services = _compose()["services"]
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert prometheus["image"].startswith("prom/prometheus:")
+    assert grafana["image"].startswith("grafana/grafana:")
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    assert prometheus["healthcheck"]["test"]
+    assert grafana["healthcheck"]["test"]
+    for name in ("prometheus", "grafana"):
+        assert name in _compose()["volumes"]
+    # every mounted file or folder is in the repository
+    for mount in prometheus["volumes"] + grafana["volumes"]:
+        source = mount.split(":")[0]
+        if source.startswith("./"):
+            assert (ROOT / source).exists(), source
+    datasource = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/nrt.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def test_prometheus_scrapes_every_service_on_its_metrics_port() -> None:
+    services = _compose()["services"]
+    targets = _prometheus_targets()
+    assert set(targets) == set(SERVICES)
+    assert targets["api_gateway"] == ["api_gateway:8080"]  # GET /metrics on the HTTP port
+    for name in SERVICES:
+        port = services[name]["environment"]["NRT_METRICS_PORT"]
+        if name != "api_gateway":
+            assert targets[name] == [f"{name}:{port}"], name

@@ -17,6 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("onnxruntime", "numpy")
 
+PURE = ("nrt.policies", "nrt.state", "nrt.manifest", "nrt.events", "nrt.protocol", "nrt.routing")
+SERVICE_LAYER = ("prometheus_client",)  # metrics live in the services (nrt.metrics), never in the core
+
 LIGHT = (
     "nrt.policies",
     "nrt.state",
@@ -30,12 +33,12 @@ LIGHT = (
 )
 
 
-def loaded_after_import(module: str) -> list[str]:
-    """The heavy modules in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
+def loaded_after_import(module: str, watched: tuple[str, ...] = HEAVY) -> list[str]:
+    """The ``watched`` modules in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
     probe = (
         "import importlib, json, sys\n"
         f"importlib.import_module({module!r})\n"
-        f"print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))\n"
+        f"print(json.dumps([name for name in {watched!r} if name in sys.modules]))\n"
     )
     path = os.pathsep.join([str(ROOT / "libs"), str(ROOT / "services"), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
@@ -60,3 +63,12 @@ def test_importing_the_core_or_the_gateway_loads_no_inference_engine(module: str
 def test_the_probe_sees_a_heavy_import() -> None:
     # the engine itself does load them: the check above would notice if the core reached it
     assert loaded_after_import("nrt.inference") == list(HEAVY)
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_pure_core_loads_no_metrics_client(module: str) -> None:
+    assert loaded_after_import(module, SERVICE_LAYER) == [], f"importing {module} loads {SERVICE_LAYER}"
+
+
+def test_the_probe_sees_the_metrics_client() -> None:
+    assert loaded_after_import("nrt.metrics", SERVICE_LAYER) == list(SERVICE_LAYER)

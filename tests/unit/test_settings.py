@@ -98,6 +98,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_ROUTER_ORT_THREADS": ("1", "router_ort_threads", 1),
         "NRT_WORKER_ORT_THREADS": ("2", "worker_ort_threads", 2),
         "NRT_UVLOOP": ("0", "uvloop", False),
+        "NRT_METRICS_PORT": ("9464", "metrics_port", 9464),
+        "NRT_METRICS_HOST": ("127.0.0.1", "metrics_host", "127.0.0.1"),
         "NRT_HEARTBEAT_S": ("0.25", "heartbeat_s", 0.25),
         "NRT_WORKER_ID": ("w-7", "worker_id", "w-7"),
         "NRT_WORKER_RAM": ("8GB", "worker_ram", 8 * 10**9),

@@ -18,7 +18,7 @@ import httpx
 
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
-from nrt.infra import EmbeddedNats, EmbeddedPostgres, pgurl
+from nrt.infra import EmbeddedNats, EmbeddedPostgres, free_port, pgurl
 from nrt.infra.pgroles import ensure_owner_role
 from nrt.keys import MIN_KEY_LENGTH, weak
 from nrt.manifest import Manifest, ManifestError, load_manifest
@@ -151,7 +151,19 @@ def _service_env(
         "NRT_GATEWAY_HOST": host,
         "NRT_GATEWAY_PORT": str(port),
         "NRT_GATEWAY_INSTANCE": instance,
+        "NRT_METRICS_HOST": host,
     }
+
+
+def metrics_ports() -> dict[str, int]:
+    """A free metrics port for each service but the gateway (it serves ``/metrics`` on its own port)."""
+    return {service: free_port() for service in SERVICES if service != "api_gateway"}
+
+
+def metrics_urls(host: str, gateway_url: str, ports: dict[str, int]) -> dict[str, str]:
+    """Each service's metrics URL, as ``endpoints.json`` lists them."""
+    urls = {service: f"http://{host}:{port}/metrics" for service, port in ports.items()}
+    return urls | {"api_gateway": f"{gateway_url}/metrics"}
 
 
 async def _prepare_stream(nats_url: str, bus: StackBus | None) -> None:
@@ -177,11 +189,14 @@ async def _serve(
     gateway_url: str,
     ready_within: float,
     stop: asyncio.Event,
+    ports: dict[str, int],
 ) -> bool:
-    """Start the services (each with its own bus identity), wait for our gateway to be ready; False when
-    stopped before that."""
+    """Start the services (each with its own bus identity and metrics port), wait for our gateway to be
+    ready; False when stopped before that."""
     for service in SERVICES:
         own = env | (bus.env(service) if bus is not None else {})
+        if service in ports:
+            own = own | {"NRT_METRICS_PORT": str(ports[service])}
         await supervisor.start(supervisor.python_module(service, service, own))
     waiting = asyncio.create_task(_wait_ready(gateway_url, env["NRT_GATEWAY_INSTANCE"], ready_within))
     stopped = asyncio.create_task(stop.wait())
@@ -215,9 +230,14 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         supervisor = Supervisor(_say, log_dir=str(data_dir / "logs"))
         try:
             _say(f"starting {', '.join(SERVICES)}; logs in {data_dir / 'logs'}")
-            if await _serve(supervisor, env, bus, gateway_url, ready_within, stop):
+            ports = metrics_ports()
+            if await _serve(supervisor, env, bus, gateway_url, ready_within, stop, ports):
                 found = endpoints.Endpoints(
-                    nats_url=nats.url, database_url=database.url, gateway_url=gateway_url, pid=os.getpid()
+                    nats_url=nats.url,
+                    database_url=database.url,
+                    gateway_url=gateway_url,
+                    pid=os.getpid(),
+                    metrics=metrics_urls(host, gateway_url, ports),
                 )
                 endpoints.write(found, data_dir)
                 _announce(gateway_url, keys.api_key)

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -163,8 +163,10 @@ class BatchingGenerator:
         max_batch_size: int = 16,
         sessions: SessionStore | None = None,
         prefill_chunk_tokens: int | None = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> None:
         self.model = model
+        self.on_step = on_step  # told each decode step's batch size, from the scheduler thread (metrics)
         self.sessions = sessions if sessions is not None else SessionStore()
         # Without position_ids the graph derives positions from the cache length, which
         # left padding would corrupt: such models are served one row at a time.
@@ -378,6 +380,8 @@ class BatchingGenerator:
         kv.advance(presents)
         self._steps += 1
         size = kv.size
+        if self.on_step is not None:
+            self.on_step(size)
         greedy = logits.argmax(axis=-1)
         finished: list[int] = []
         for b, ticket in enumerate(self._rows):

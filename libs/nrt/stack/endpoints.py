@@ -17,6 +17,7 @@ class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
     database_url: str
     gateway_url: str
     pid: int  # the `nrt up` process
+    metrics: dict[str, str] = {}  # service -> its Prometheus metrics URL (absent from files of older stacks)
 
 
 def stack_dir() -> Path:
