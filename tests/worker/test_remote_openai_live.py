@@ -1,4 +1,5 @@
-"""The remote tier against a live OpenAI-compatible server: a second NRT stack's gateway.
+"""The remote tier against live servers: a second NRT stack's gateway, as an OpenAI-compatible endpoint
+and (its ``/v1/messages``) as an Anthropic one.
 
 Two whole stacks run in this process, each on its own NATS server (worker, router_svc and
 gateway, as in tests/gateway/harness.py). The *remote* stack serves the tiny customer-support
@@ -288,3 +289,119 @@ async def test_without_the_remotes_key_the_load_fails_naming_the_variable_and_re
     assert reply.status_code == 503, reply.text
     assert reply.json()["error"]["code"] == "model_unavailable"
     assert time.monotonic() - started < 2.0  # at once, not after a timeout
+
+
+# -- the Anthropic Messages API: the remote stack's own /v1/messages as the endpoint -----------------------
+
+WRONG_KEY_ENV = "NRT_TEST_REMOTE_WRONG_KEY"  # holds a key the remote stack does not know
+GREEDY = {"temperature": 0.0}  # the same answer by either API: no sampling
+
+ANTHROPIC_MANIFEST = """\
+# The local stack: billing is the remote stack's billing model, asked through its Anthropic Messages API.
+cluster: tiny-anthropic-client
+
+models:
+  router:
+    source: "@TINY_BERT@"
+    tier: resident
+    confidence_threshold: 0.999
+    intents:
+      billing: ["I was charged twice for my order"]
+      technical: ["the app crashes when I open it"]
+
+  specialists:
+    - id: billing
+      source: anthropic://billing
+      base_url: {remote}
+      tier: remote
+      api_key_env: {key_env}
+    - id: technical
+      source: anthropic://billing
+      base_url: {remote}
+      tier: remote
+      api_key_env: {wrong_env}
+
+routing:
+  entry: router
+  dispatch_rule: router.output.intent -> specialists.{{intent}}
+"""
+
+
+@pytest.fixture(scope="module")
+def anthropic_nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with EmbeddedNats(tmp_path_factory.mktemp("anthropic-nats")) as server:
+        yield server.url
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def anthropic_local(
+    anthropic_nats_url: str, remote: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """A local stack whose specialists are anthropic:// models at the remote stack's gateway."""
+    manifest = tmp_path_factory.mktemp("anthropic-local") / "tiny-anthropic-client.yaml"
+    manifest.write_text(ANTHROPIC_MANIFEST.format(remote=remote.base_url, key_env=KEY_ENV, wrong_env=WRONG_KEY_ENV))
+    loads = {"router": "resident", "billing": "remote", "technical": "remote"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(WRONG_KEY_ENV, "not-a-key-of-the-remote")
+        async with start_stack(anthropic_nats_url, str(manifest), loads=loads) as stack:
+            yield stack
+
+
+async def messages_answer(remote: Stack) -> tuple[str, dict[str, int]]:
+    """The remote stack's own answer by its /v1/messages: its text and usage."""
+    async with remote.http(API_KEY) as http:
+        reply = await http.post(
+            "/v1/messages",
+            json={"model": "billing", "messages": MESSAGES, "max_tokens": MAX_TOKENS, **GREEDY},
+        )
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    return "".join(block["text"] for block in body["content"] if block["type"] == "text"), body["usage"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_anthropic_remote_answers_through_the_remote_stacks_messages_api(
+    anthropic_local: Stack, remote: Stack, stream: bool
+) -> None:
+    expected_text, expected_usage = await messages_answer(remote)
+    before = len(await remote_completions(remote))
+    body = {"model": "billing", "messages": MESSAGES, "max_tokens": MAX_TOKENS, "stream": stream, **GREEDY}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    pieces: list[str] = []
+    usage: dict[str, int] | None = None
+    async with anthropic_local.http() as http:
+        if stream:
+            async with http.stream("POST", "/v1/chat/completions", json=body) as reply:
+                assert reply.status_code == 200
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = msgspec.json.decode(line.removeprefix("data: "))
+                    pieces.extend(c["delta"]["content"] for c in chunk["choices"] if c["delta"].get("content"))
+                    usage = chunk.get("usage") or usage
+            assert len(pieces) > 1  # streamed from the remote, not one piece
+        else:
+            reply = await http.post("/v1/chat/completions", json=body)
+            assert reply.status_code == 200, reply.text
+            pieces.append(reply.json()["choices"][0]["message"]["content"])
+            usage = reply.json()["usage"]
+    assert "".join(pieces) == expected_text
+    assert usage is not None
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
+        expected_usage["input_tokens"],
+        expected_usage["output_tokens"],
+    )
+    served = (await remote_completions(remote, at_least=before + 1))[before:]
+    assert [(e.model_id, e.key_id) for e in served] == [("billing", key_id_of(key_sha256(REMOTE_KEY)))]
+
+
+async def test_an_anthropic_remote_that_refuses_the_key_is_a_502_naming_the_variable(anthropic_local: Stack) -> None:
+    async with anthropic_local.http() as http:
+        reply = await http.post(
+            "/v1/chat/completions", json={"model": "technical", "messages": MESSAGES, "max_tokens": MAX_TOKENS}
+        )
+    assert reply.status_code == 502, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "remote_key_refused"
+    assert f"${WRONG_KEY_ENV}" in error["message"]

@@ -69,13 +69,28 @@ class _StopDelta(msgspec.Struct):
     stop_reason: str | None = None
 
 
-class _OutputUsage(msgspec.Struct):
+class _DeltaUsage(msgspec.Struct):
+    """``message_delta``'s usage: cumulative counts; the input ones only where the server gives them
+    there (a server that learns the prompt's size only at the end, as NRT's own ``/v1/messages``)."""
+
     output_tokens: int = 0
+    input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+    def update(self, prompt: _Usage) -> _Usage:
+        """``prompt`` (from ``message_start``) with the input counts this delta gives instead."""
+        given = {
+            name: value
+            for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+            if (value := getattr(self, name)) is not None
+        }
+        return msgspec.structs.replace(prompt, **given) if given else prompt
 
 
 class _MessageDelta(msgspec.Struct):
     delta: _StopDelta = msgspec.field(default_factory=_StopDelta)
-    usage: _OutputUsage | None = None
+    usage: _DeltaUsage | None = None
 
 
 class _ErrorDetail(msgspec.Struct):
@@ -144,6 +159,7 @@ async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall)
                 stop_reason = update.delta.stop_reason or stop_reason
                 if update.usage is not None:
                     output_tokens = update.usage.output_tokens  # cumulative
+                    prompt = update.usage.update(prompt)
             elif kind == "message_stop":
                 yield Piece("", finish_reason(stop_reason), prompt.usage(output_tokens))
                 return
