@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from faststream.nats import NatsBroker
+from msgspec.structs import replace
 
 from nrt.bus import broker as bus
 from nrt.bus import subjects
@@ -149,6 +150,11 @@ class Controller:
     async def on_heartbeat(self, beat: WorkerHeartbeat) -> None:
         """A worker's liveness, resources and hosted models (every few seconds)."""
         self.state = saw_heartbeat(self.state, beat, utc_now())
+
+    def listening(self, now: datetime | None = None) -> None:
+        """Heartbeats can reach this controller from ``now`` on (its subscription is in place, or its
+        connection is back): liveness counts missed beats from here."""
+        self.state = replace(self.state, started_at=now or utc_now())
 
     def tick(self) -> None:
         now = utc_now()

@@ -130,6 +130,7 @@ class ClusterStateService:
                 self.broker, subjects.WORKER_HEARTBEAT, self.controller.on_heartbeat, title="cluster_state: heartbeats"
             ),
         ]
+        self.controller.listening()
         self.controller.acting = True
         self._tasks.append(asyncio.create_task(self._ticks(), name="cluster_state ticks"))
         self._tasks.append(asyncio.create_task(self._sweeps(), name="cluster_state sweeps"))
@@ -231,10 +232,18 @@ class ClusterStateService:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
+            if not self._hearing():
+                self.controller.listening()  # no heartbeat can come in: nobody misses one meanwhile
+                continue
             try:
                 self.controller.tick()
             except Exception:
                 log.exception("tick failed")
+
+    def _hearing(self) -> bool:
+        """Whether heartbeats can reach us: our NATS connection is up (an in-memory test broker always is)."""
+        connection = getattr(self.broker, "_connection", None)
+        return connection is None or bool(getattr(connection, "is_connected", True))
 
     async def _sweeps(self) -> None:
         while True:

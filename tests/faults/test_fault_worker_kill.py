@@ -66,14 +66,17 @@ def test_a_killed_worker_fails_its_streams_fast_and_the_stack_recovers(fault_sta
         for thread in threads:
             thread.join(30)
 
-        ended_after = [s.ended_at - killed_at for s in streams if s.ended_at is not None]
-        assert len(ended_after) == STREAMS
+        assert all(s.ended_at is not None for s in streams)
         for s in streams:
-            assert s.finish is None, "a stream finished although its worker was killed"
+            outcomes.append(s.outcome(started, routed=False))
+        # a fast machine may finish a stream before the kill lands: those are served, the rest must fail
+        cut = [s for s in streams if s.finish is None]
+        assert len(cut) >= 2, "fewer than two streams were still running at the kill"
+        ended_after = [s.ended_at - killed_at for s in cut if s.ended_at is not None]
+        for s in cut:
             assert s.error is not None
             assert s.error["code"] == "worker_lost", s.error
             assert "was lost" in s.error["message"]
-            outcomes.append(s.outcome(started, routed=False))
         assert max(ended_after) <= 2.0
 
         # no worker serves billing now (nrt up restarts the worker after a backoff, then it loads billing)

@@ -82,7 +82,9 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
     seen: dict[str, WorkerSeen] = {}
     backoff: dict[str, datetime] = {}  # "model@worker" -> not before
     stalls: dict[str, Stall] = {}  # "model@worker" -> its command's run of no progress (cleared by progress)
-    started_at: datetime = EPOCH  # when this controller started: a grace for workers it has not heard yet
+    # since when this controller has been hearing heartbeats (its start, or its connection's return): no
+    # worker is judged on beats it could not have heard, so a slow start or a bus outage loses no one
+    started_at: datetime = EPOCH
     tuning: Tuning = Tuning()
 
     def pending_for_model(self, model_id: str) -> Pending | None:
@@ -99,7 +101,7 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
             if not worker.alive:
                 continue
             seen = self.seen.get(worker_id)
-            last = seen.last_seen if seen is not None else max(self.started_at, worker.joined_at)
+            last = max(seen.last_seen, self.started_at) if seen is not None else max(self.started_at, worker.joined_at)
             if (now - last).total_seconds() <= limit:
                 live.append(worker_id)
         return live
