@@ -11,6 +11,7 @@ from nrt.store.records import (
     ConcurrencyError,
     RecordedEvent,
     ReplayedEvent,
+    Snapshot,
 )
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "InMemoryEventStore",
     "RecordedEvent",
     "ReplayedEvent",
+    "Snapshot",
     "upgrade",
 ]

@@ -28,6 +28,7 @@ from nrt.store.records import (
     ConcurrencyError,
     RecordedEvent,
     ReplayedEvent,
+    Snapshot,
 )
 from nrt.store.tables import APPEND_COLUMNS
 
@@ -369,6 +370,59 @@ class EventStore(EventLog):
                 )
                 if broken is not None:
                     return broken
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO snapshots (position, fold_version, state, chain_hash) "
+                        "SELECT position, :v, :state, hash FROM events WHERE position = :p "
+                        "ON CONFLICT (position, fold_version) DO UPDATE "
+                        "SET state = EXCLUDED.state, chain_hash = EXCLUDED.chain_hash, created_at = now() "
+                        "RETURNING chain_hash, created_at"
+                    ),
+                    {"p": position, "v": fold_version, "state": state},
+                )
+            ).first()
+        if row is None:
+            raise ValueError(f"the log has no row at position {position}: a snapshot must name a recorded position")
+        return Snapshot(
+            position=position, fold_version=fold_version, state=state, chain_hash=bytes(row[0]), created_at=row[1]
+        )
+
+    async def latest_snapshot(self, fold_version: int, at_or_before: int | None = None) -> Snapshot | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT s.position, s.state, s.chain_hash, s.created_at FROM snapshots s "
+                        "JOIN events e ON e.position = s.position AND e.hash = s.chain_hash "
+                        "WHERE s.fold_version = :v AND s.position <= :p ORDER BY s.position DESC LIMIT 1"
+                    ),
+                    {"v": fold_version, "p": at_or_before if at_or_before is not None else 2**62},
+                )
+            ).first()
+        if row is None:
+            return None
+        return Snapshot(
+            position=row[0], fold_version=fold_version, state=bytes(row[1]), chain_hash=bytes(row[2]), created_at=row[3]
+        )
+
+    async def snapshots(self) -> list[Snapshot]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                sa.text(
+                    "SELECT position, fold_version, state, chain_hash, created_at FROM snapshots "
+                    "ORDER BY position, fold_version"
+                )
+            )
+            return [
+                Snapshot(position=p, fold_version=v, state=bytes(st), chain_hash=bytes(h), created_at=at)
+                for p, v, st, h, at in result
+            ]
 
     # -- consumer checkpoints ------------------------------------------------------------
 

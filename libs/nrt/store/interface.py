@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nrt.events import Event
-from nrt.store.records import AppendResult, ChainReport, Checkpoint, RecordedEvent, ReplayedEvent
+from nrt.store.records import AppendResult, ChainReport, Checkpoint, RecordedEvent, ReplayedEvent, Snapshot
 
 
 class EventLog(Protocol):
@@ -89,6 +89,20 @@ class EventLog(Protocol):
 
     async def checkpoint(self, consumer: str) -> int:
         """The consumer's last stored sequence (0 when it has none)."""
+        ...
+
+    async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        """Store ``state``, the fold of the log up to ``position``, with the hash of the row at
+        ``position``; ValueError when the log has no row there. Saving one again replaces it."""
+        ...
+
+    async def latest_snapshot(self, fold_version: int, at_or_before: int | None = None) -> Snapshot | None:
+        """The snapshot of ``fold_version`` with the highest position ``<= at_or_before`` (any when
+        None) whose chain hash is the hash of the log's row at its position; None if there is none."""
+        ...
+
+    async def snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, by position then fold version (for audits)."""
         ...
 
     async def close(self) -> None:
