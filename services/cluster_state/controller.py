@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from faststream.nats import NatsBroker
+from msgspec.structs import replace
 
 from nrt.bus import broker as bus
 from nrt.bus import subjects
@@ -115,6 +116,11 @@ class Controller:
     def rebuild(self, position: int, event: AnyEvent, now: datetime) -> None:
         """Fold one event of the log as it is at start, without acting on history."""
         self.state = absorb(self.state, event, now)
+        self.position = position
+
+    def restore(self, position: int, cluster: ClusterState) -> None:
+        """Start from ``cluster``, the fold of the log up to ``position`` (a snapshot), before any event."""
+        self.state = replace(self.state, cluster=cluster)
         self.position = position
 
     def _notify(self) -> None:
