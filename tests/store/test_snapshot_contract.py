@@ -9,6 +9,7 @@ from store_backends import Backend
 from nrt.state import fold
 from nrt.state.snapshot import FOLD_VERSION, encode_state, fold_log, save, verify_snapshots
 from nrt.store import EventLog
+from nrt.store.export import export_line, verify_lines
 from nrt.testing.traffic import traffic
 
 
@@ -98,3 +99,20 @@ async def test_verify_snapshots_names_a_tampered_one(backend: Backend) -> None:
     assert not report.ok
     assert report.first_bad_position == 50
     assert "does not decode" in (report.reason or "")
+
+
+async def test_chain_rows_export_and_verify_offline(log: EventLog) -> None:
+    await log.append(list(traffic(120)))
+    rows = [row async for row in log.chain_rows()]
+    assert [r.position for r in rows] == list(range(1, 121))
+    assert [r.position async for r in log.chain_rows(30, 40)] == list(range(30, 41))
+    assert verify_lines(export_line(r) for r in rows).render() == "hash chain intact: 120 events verified"
+    excerpt = [export_line(r) for r in rows[29:40]]
+    assert verify_lines(excerpt).checked == 11
+    broken = verify_lines([*excerpt[:3], *excerpt[4:]])
+    assert not broken.ok
+    assert broken.first_bad_position == 33
+    assert "a row was deleted" in (broken.reason or "")
+    garbage = verify_lines([excerpt[0], b"{not json"])
+    assert not garbage.ok
+    assert "line 2 is not an export line" in (garbage.reason or "")

@@ -7,6 +7,7 @@ from nrt.store.migrate import upgrade
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
@@ -17,6 +18,7 @@ from nrt.store.records import (
 __all__ = [
     "AppendResult",
     "ChainReport",
+    "ChainRow",
     "Checkpoint",
     "ConcurrencyError",
     "EventLog",

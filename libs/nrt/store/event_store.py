@@ -24,6 +24,7 @@ from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
@@ -348,6 +349,32 @@ class EventStore(EventLog):
             return int(value or 0)
 
     # -- auditing ------------------------------------------------------------------------
+
+    async def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        cursor = start
+        while True:
+            async with self.engine.connect() as conn:
+                result = await conn.execute(
+                    sa.text(
+                        "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
+                        "FROM events WHERE position >= :lo AND position <= :hi ORDER BY position LIMIT :n"
+                    ),
+                    {"lo": cursor, "hi": end if end is not None else 2**62, "n": page},
+                )
+                rows = result.all()
+            if not rows:
+                return
+            for position, event_id, stream_id, version, body, prev, digest in rows:
+                yield ChainRow(
+                    position=position,
+                    event_id=event_id,
+                    stream_id=stream_id,
+                    stream_version=version,
+                    body=body.encode(),
+                    prev_hash=bytes(prev),
+                    hash=bytes(digest),
+                )
+            cursor = rows[-1][0] + 1
 
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the chain from the first row; name the first row that does not match."""

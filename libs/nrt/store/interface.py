@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nrt.events import Event
-from nrt.store.records import AppendResult, ChainReport, Checkpoint, RecordedEvent, ReplayedEvent, Snapshot
+from nrt.store.records import AppendResult, ChainReport, ChainRow, Checkpoint, RecordedEvent, ReplayedEvent, Snapshot
 
 
 class EventLog(Protocol):
@@ -77,6 +77,10 @@ class EventLog(Protocol):
 
     async def position_at(self, moment: datetime) -> int:
         """The last position whose event occurred at or before ``moment`` (0 if none)."""
+        ...
+
+    def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        """The rows with ``start <= position <= end`` as stored (body bytes and hashes), in position order."""
         ...
 
     async def verify(self, page: int = 10_000) -> ChainReport:

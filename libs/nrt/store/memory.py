@@ -21,6 +21,7 @@ from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
@@ -220,6 +221,19 @@ class InMemoryEventStore(EventLog):
         return max((row.position for row in self._rows.values() if row.occurred_at <= moment), default=0)
 
     # -- auditing ------------------------------------------------------------------------
+
+    async def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        for row in list(self._rows.values()):
+            if row.position >= start and (end is None or row.position <= end):
+                yield ChainRow(
+                    position=row.position,
+                    event_id=row.event_id,
+                    stream_id=row.stream_id,
+                    stream_version=row.stream_version,
+                    body=row.body,
+                    prev_hash=row.prev_hash,
+                    hash=row.hash,
+                )
 
     async def verify(self, page: int = 10_000) -> ChainReport:
         verifier = ChainVerifier()

@@ -48,6 +48,18 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     sequence: int
 
 
+class ChainRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row as the hash chain covers it: what an export carries and an offline check recomputes."""
+
+    position: int
+    event_id: str
+    stream_id: str
+    stream_version: int
+    body: bytes  # the canonical encoding the hash covers
+    prev_hash: bytes
+    hash: bytes
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     """A folded state of the log at ``position``: what a reader starts from instead of position 1.
 
