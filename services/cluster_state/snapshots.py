@@ -56,7 +56,8 @@ class SnapshotWriter:
         if position <= self.position:
             return
         started = time.perf_counter()
-        await snapshot.save(self.store, position, cluster)
+        encoded = await asyncio.to_thread(snapshot.encode_state, cluster)  # immutable: safe off the event loop
+        await self.store.save_snapshot(position, snapshot.FOLD_VERSION, encoded)
         self.position, self._saved_at = position, time.monotonic()
         log.info("snapshot at position %d in %.0f ms", position, (time.perf_counter() - started) * 1e3)
 
