@@ -11,7 +11,16 @@ in the same run: a raw psycopg read of the same rows' payload (``SELECT body::te
 a server-side cursor, no decode, no fold). Each slice and the totals are the best of
 ``--rounds`` rounds; floor and replay alternate within a round.
 
+Then the cost of starting from a snapshot (``--sizes``): the log is grown to each size in turn
+(the same traffic, continued), a snapshot is saved ``--snapshot-lag`` events behind the head (where
+cluster_state's writer leaves it, at most ``snapshot_every_events`` behind), and at each size it
+times cluster_state's rebuild on restart (``cluster_state.snapshots.rebuild``: load the snapshot,
+fold the rest; a fresh store connection included) and ``nrt replay`` of the latest state
+(``nrt.cli.audit.replay_log``), best of ``--rounds``, with each size's time against the smallest
+size's (flat cost: near 1.0) and a full replay's rate at that size.
+
     python -m bench.replay [--events 1000000] [--slice 100000] [--batch 1000] [--page 10000] [--rounds 3]
+    python -m bench.replay --sizes 1000000 5000000 [--snapshot-lag 5000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,13 +31,18 @@ import itertools
 import resource
 import time
 from collections.abc import Iterator
+from typing import Any, cast
 
 import psycopg
 
 from bench.common import Timer, fresh_database, postgres, report
+from cluster_state import snapshots
+from cluster_state.controller import Controller, utc_now
+from nrt.cli.audit import replay_log
 from nrt.events import Event
 from nrt.infra.pgurl import to_libpq
-from nrt.state import ClusterState, evolve
+from nrt.policies import ControlState
+from nrt.state import ClusterState, evolve, snapshot
 from nrt.store import EventStore
 from nrt.testing.traffic import traffic
 
@@ -152,6 +166,98 @@ async def main(n_events: int, slice_size: int, batch: int, page: int, rounds: in
     report("peak RSS of the benchmark process", _peak_rss_mib(), "MiB")
 
 
+# -- starting from a snapshot, against the log's size ------------------------------------------
+
+
+async def _grow(store: EventStore, events: Iterator[Event], to: int, batch: int) -> float:
+    """Append from ``events`` until the log holds ``to`` events; the seconds it took."""
+    timer = Timer()
+    with timer.run():
+        missing = to - await store.head()
+        for chunk in _batches(itertools.islice(events, missing), batch):
+            await store.append(chunk)
+    assert await store.head() == to
+    return timer.seconds
+
+
+async def _full_replay(store: EventStore, page: int) -> tuple[float, ClusterState]:
+    started = time.perf_counter()
+    state = ClusterState()
+    async for _, event in store.replay(1, None, page=page):
+        state = evolve(state, event)
+    return time.perf_counter() - started, state
+
+
+async def _restart(url: str) -> tuple[float, int]:
+    """cluster_state's rebuild on restart, from a fresh connection; (seconds, events folded after the snapshot)."""
+    started = time.perf_counter()
+    store = EventStore.connect(url)
+    try:
+        controller = Controller(cast(Any, None), cast(Any, None), ControlState())  # the fold only: no bus
+        _, folded = await snapshots.rebuild(store, controller, utc_now())
+    finally:
+        await store.close()
+    return time.perf_counter() - started, folded
+
+
+async def _replay_latest(url: str) -> float:
+    started = time.perf_counter()
+    store = EventStore.connect(url, pool_size=2)
+    try:
+        result = await replay_log(store, None)
+    finally:
+        await store.close()
+    assert result.position == result.state.events_applied
+    return time.perf_counter() - started
+
+
+async def snapshot_main(sizes: list[int], lag: int, batch: int, page: int, rounds: int) -> None:
+    print(
+        f"replay from a snapshot: log sizes {', '.join(f'{n:,}' for n in sizes)}, snapshot {lag:,} events "
+        f"behind the head, best of {rounds} rounds",
+        flush=True,
+    )
+    rows: list[tuple[int, float, float, float, int]] = []
+    with postgres() as server, fresh_database(server) as url:
+        store = EventStore.connect(url)
+        events = traffic(sizes[-1])
+        try:
+            for size in sizes:
+                grew = await _grow(store, events, size, batch)
+                print(f"grew the log to {size:,} events in {grew:.1f} s", flush=True)
+                full_s, _ = await _full_replay(store, page)
+                at = max(size - lag, 1)
+                position, state_at = await snapshot.fold_log(store, at)  # from the previous size's snapshot
+                await snapshot.save(store, position, state_at)
+                restart = [await _restart(url) for _ in range(rounds)]
+                latest = [await _replay_latest(url) for _ in range(rounds)]
+                folded = restart[0][1]
+                assert folded == size - at, f"the restart folded {folded} events, expected {size - at}"
+                rows.append((size, min(r[0] for r in restart), min(latest), size / full_s, folded))
+        finally:
+            await store.close()
+    first = rows[0]
+    print(f"{'log size':>12} {'restart s':>10} {'x smallest':>11} {'replay s':>9} {'x smallest':>11} {'full ev/s':>11}")
+    for size, restart_s, latest_s, full_rate, _ in rows:
+        print(
+            f"{size:>12,} {restart_s:>10.3f} {restart_s / first[1]:>11.2f} {latest_s:>9.3f} "
+            f"{latest_s / first[2]:>11.2f} {full_rate:>11,.0f}"
+        )
+    for size, restart_s, latest_s, full_rate, _ in rows:
+        report(
+            f"cluster_state restart to ready at {size:,}",
+            restart_s,
+            "s",
+            restart_s / first[1],
+            f"{first[0]:,}",
+            "<= 1.5",
+            3,
+        )
+        report(f"nrt replay (latest) at {size:,}", latest_s, "s", latest_s / first[2], f"{first[0]:,}", "<= 1.5", 3)
+        report(f"full replay at {size:,}", full_rate, "events/s", full_rate / 200_000, "200k/s", ">= 1.0")
+    report("peak RSS of the benchmark process", _peak_rss_mib(), "MiB")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -159,7 +265,14 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=1_000, help="events per EventStore.append")
     parser.add_argument("--page", type=int, default=10_000, help="rows per read page (nrt replay reads 10,000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="+", help="log sizes for the snapshot restart benchmark")
+    parser.add_argument("--snapshot-lag", type=int, default=5_000, help="events between the snapshot and the head")
     args = parser.parse_args()
+    if args.sizes:
+        if any(n < 1 for n in args.sizes) or args.snapshot_lag < 0:
+            parser.error("--sizes must be positive and --snapshot-lag not negative")
+        asyncio.run(snapshot_main(sorted(args.sizes), args.snapshot_lag, args.batch, args.page, args.rounds))
+        raise SystemExit(0)
     if args.events < 1 or args.slice < 1 or args.batch < 1 or args.page < 1 or args.rounds < 1:
         parser.error("--events, --slice, --batch, --page and --rounds must be positive")
     asyncio.run(main(args.events, args.slice, args.batch, args.page, args.rounds))

@@ -38,6 +38,8 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         tuning=settings.tuning(),
         keys=settings.keys(),
         registry=ctx.registry,
+        snapshot_every_events=settings.snapshot_every_events,
+        snapshot_every_s=settings.snapshot_every_s,
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     await service.run(ctx.stopping)

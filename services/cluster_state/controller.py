@@ -118,6 +118,11 @@ class Controller:
         self.state = absorb(self.state, event, now)
         self.position = position
 
+    def restore(self, position: int, cluster: ClusterState) -> None:
+        """Start from ``cluster``, the fold of the log up to ``position`` (a snapshot), before any event."""
+        self.state = replace(self.state, cluster=cluster)
+        self.position = position
+
     def _notify(self) -> None:
         cluster = self.state.cluster
         for waiter in list(self._waiters):

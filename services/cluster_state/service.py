@@ -30,6 +30,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.subscriber.usecases import LogicSubscriber
 from prometheus_client import CollectorRegistry
 
+from cluster_state import snapshots
 from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.keys import bootstrap_keys, create_key, revoke_key
 from cluster_state.promotion import promote
@@ -71,6 +72,8 @@ class ClusterStateService:
         tick_s: float = 0.25,
         keys: dict[KeyScope, str] | None = None,
         registry: CollectorRegistry | None = None,
+        snapshot_every_events: int = 10_000,
+        snapshot_every_s: float = 60.0,
     ) -> None:
         self.broker = broker
         self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
@@ -91,6 +94,7 @@ class ClusterStateService:
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
         )
+        self.snapshot_every = (snapshot_every_events, snapshot_every_s)
         self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._subs: list[LogicSubscriber[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -100,22 +104,14 @@ class ClusterStateService:
     async def start(self) -> None:
         await asyncio.to_thread(upgrade, self.database_url)
         await self._lead()
-        started = time.perf_counter()
-        now = utc_now()
-        async for position, event in self.store.replay():
-            self.controller.rebuild(position, event, now)
-        log.info(
-            "rebuilt the state from the log: %d events in %.0f ms (manifest v%d)",
-            self.controller.position,
-            (time.perf_counter() - started) * 1e3,
-            self.controller.cluster.manifest_version,
-        )
+        await self._rebuild()
         await self.recorder.start()
         self._tasks.append(asyncio.create_task(self.recorder.run(self.stopping), name="cluster_state recorder"))
         await self.recorder.caught_up.wait()
         await self._reseed()
         await bootstrap_keys(self.controller, self.keys)
         await self._bootstrap()
+        self._start_snapshots()
         self._subs += [
             await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
             await bus.serve(
@@ -187,6 +183,24 @@ class ClusterStateService:
         for record in recorded:
             if isinstance(record.event, DrainCompleted):
                 self.metrics.drain.labels(record.event.outcome.value).observe(record.event.waited_ms / 1e3)
+
+    async def _rebuild(self) -> None:
+        """Fold the log into the controller: from the latest snapshot, then the events after it."""
+        started = time.perf_counter()
+        snapshot_at, folded = await snapshots.rebuild(self.store, self.controller, utc_now())
+        log.info(
+            "rebuilt the state from the log: snapshot at %d + %d events = position %d in %.0f ms (manifest v%d)",
+            snapshot_at,
+            folded,
+            self.controller.position,
+            (time.perf_counter() - started) * 1e3,
+            self.controller.cluster.manifest_version,
+        )
+
+    def _start_snapshots(self) -> None:
+        every_events, every_s = self.snapshot_every
+        writer = snapshots.SnapshotWriter(self.store, self.controller, every_events=every_events, every_s=every_s)
+        self._tasks.append(asyncio.create_task(writer.run(self.stopping), name="cluster_state snapshots"))
 
     async def _reseed(self) -> None:
         """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""

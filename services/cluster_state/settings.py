@@ -33,6 +33,15 @@ class ClusterStateSettings(HeartbeatSettings):
         default=Tuning().missed_beats, ge=1, description="heartbeats a worker may miss before it is declared lost"
     )
 
+    snapshot_every_events: int = Field(
+        default=10_000,
+        ge=1,
+        description="snapshot the folded state after this many events (a restart folds only the rest)",
+    )
+    snapshot_every_s: float = Field(
+        default=60.0, gt=0, description="snapshot the folded state at least this often while events arrive (seconds)"
+    )
+
     def keys(self) -> dict[KeyScope, str]:
         """The keys given at start, by scope."""
         given = {KeyScope.INFER: self.api_key, KeyScope.ADMIN: self.admin_key}

@@ -28,9 +28,18 @@ async def start_cluster_state(broker: NatsBroker, database_url: str) -> AsyncIte
         tuning: Tuning | None = None,
         tick_s: float = 0.2,
         keys: dict[KeyScope, str] | None = None,
+        snapshot_every_events: int = 10_000,
+        snapshot_every_s: float = 60.0,
     ) -> ClusterStateService:
         service = ClusterStateService(
-            broker, database_url, manifest_text=manifest_text, tuning=tuning, tick_s=tick_s, keys=keys
+            broker,
+            database_url,
+            manifest_text=manifest_text,
+            tuning=tuning,
+            tick_s=tick_s,
+            keys=keys,
+            snapshot_every_events=snapshot_every_events,
+            snapshot_every_s=snapshot_every_s,
         )
         await asyncio.wait_for(service.start(), 30)
         started.append(service)

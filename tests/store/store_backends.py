@@ -21,6 +21,7 @@ class Backend:
     log: EventLog
     edit_field: Callable[[int, str, str], None]  # (position, field, value): rewrite one field of a row's body
     delete_row: Callable[[int], None]  # (position)
+    edit_snapshot: Callable[[int, int, bytes], None]  # (position, fold version, state): rewrite a snapshot's state
 
 
 def _tamper(database_url: str, sql: str, *params: object) -> None:
@@ -46,7 +47,14 @@ def postgres(database_url: str) -> tuple[EventStore, Backend]:
     def delete_row(position: int) -> None:
         _tamper(database_url, "DELETE FROM events WHERE position = %s", position)
 
-    return store, Backend(store, edit_field, delete_row)
+    def edit_snapshot(position: int, fold_version: int, state: bytes) -> None:
+        with psycopg.connect(to_libpq(database_url), autocommit=True) as conn:
+            conn.execute(
+                "UPDATE snapshots SET state = %s WHERE position = %s AND fold_version = %s",
+                (state, position, fold_version),
+            )
+
+    return store, Backend(store, edit_field, delete_row, edit_snapshot)
 
 
 def memory() -> Backend:
@@ -60,4 +68,9 @@ def memory() -> Backend:
 
         store.tamper_with_row(position, edit)
 
-    return Backend(store, edit_field, lambda position: store.tamper_with_row(position, lambda _: None))
+    return Backend(
+        store,
+        edit_field,
+        lambda position: store.tamper_with_row(position, lambda _: None),
+        store.tamper_with_snapshot,
+    )

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 import msgspec
@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from nrt.cli.settings import cli_settings
-from nrt.state import ClusterState, evolve
-from nrt.store import EventLog, EventStore, RecordedEvent
+from nrt.state import ClusterState, snapshot
+from nrt.store import ChainReport, EventLog, EventStore, RecordedEvent
+from nrt.store.export import export_line, verify_lines
 from nrt.units import format_size, parse_duration
 
 T = TypeVar("T")
@@ -109,14 +110,14 @@ class Replay(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def replay_log(store: EventLog, until: str | None) -> Replay:
-    """Fold the log from its first event up to ``until`` (a position, a time, or the head)."""
+    """Fold the log up to ``until`` (a position, a time, or the head): from the latest snapshot at or
+    before it, then the events after the snapshot."""
     end: int | None = None
     if until is not None:
         end = int(until) if until.strip().isdigit() else await store.position_at(parse_moment(until))
     state, position = ClusterState(), 0
     if end != 0:
-        async for at, event in store.replay(1, end):
-            state, position = evolve(state, event), at
+        position, state = await snapshot.fold_log(store, end)
     return Replay(position=position, until=until, state=state)
 
 
@@ -250,13 +251,55 @@ def audit() -> None:
     """Check the event log."""
 
 
+class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
+    """``nrt audit verify``: the hash chain, and each snapshot against a fold of the log (``--json``)."""
+
+    chain: ChainReport
+    snapshots: snapshot.SnapshotReport | None  # None for an export (it holds no snapshots)
+
+    @property
+    def ok(self) -> bool:
+        return self.chain.ok and (self.snapshots is None or self.snapshots.ok)
+
+    def render(self) -> str:
+        """The chain's line, then the snapshots' line when the log has any."""
+        lines = [self.chain.render()]
+        if self.snapshots is not None and (self.snapshots.checked or self.snapshots.skipped or not self.snapshots.ok):
+            lines.append(self.snapshots.render())
+        return "\n".join(lines)
+
+    def as_json(self) -> str:
+        """The chain report's fields, with the snapshots' report under ``snapshots``."""
+        fields = msgspec.to_builtins(self.chain)
+        fields["ok"] = self.ok
+        fields["snapshots"] = msgspec.to_builtins(self.snapshots)
+        return msgspec.json.encode(fields).decode()
+
+
+async def audit_log(store: EventLog) -> AuditReport:
+    """The whole chain, then (if it holds) every snapshot against a fold of the log up to its position."""
+    chain = await store.verify()
+    return AuditReport(chain=chain, snapshots=await snapshot.verify_snapshots(store) if chain.ok else None)
+
+
+def audit_export(path: str) -> AuditReport:
+    """Check an export (``nrt events export``) offline: its lines' hash chain."""
+    try:
+        with open(path, "rb") as lines:
+            return AuditReport(chain=verify_lines(lines), snapshots=None)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the export {path}: {exc.strerror}") from None
+
+
 @audit.command()
+@click.argument("export", required=False, metavar="[FILE]")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @database_option
-def verify(as_json: bool, database_url: str | None) -> None:
-    """Recompute the hash chain; name the first broken row and exit 1 if there is one."""
-    report = _run(lambda store: store.verify(), resolve_database_url(database_url))
-    click.echo(msgspec.json.encode(report).decode() if as_json else report.render())
+def verify(export: str | None, as_json: bool, database_url: str | None) -> None:
+    """Recompute the hash chain and check each snapshot against the log; with FILE, check an export
+    (``nrt events export``) offline instead. Names the first broken row and exits 1 if there is one."""
+    report = audit_export(export) if export is not None else _run(audit_log, resolve_database_url(database_url))
+    click.echo(report.as_json() if as_json else report.render())
     if not report.ok:
         sys.exit(1)
 
@@ -401,6 +444,48 @@ def query(
             + (f"; more after position {records[-1].position}" if len(records) == limit else ""),
             err=True,
         )
+
+
+async def _export_range(store: EventLog, since: str | None, until: str | None) -> tuple[int, int | None]:
+    """Positions ``(start, end)`` for ``--since`` / ``--until``: each a position or a time."""
+
+    async def position(text: str) -> int:
+        return int(text) if text.strip().isdigit() else await store.position_at(parse_moment(text))
+
+    start = 1
+    if since is not None:
+        start = int(since) if since.strip().isdigit() else await position(since) + 1
+    return start, await position(until) if until is not None else None
+
+
+async def export_log(store: EventLog, out: BinaryIO, since: str | None, until: str | None) -> int:
+    """Write the rows in range to ``out`` as JSON Lines; the number written."""
+    start, end = await _export_range(store, since, until)
+    written = 0
+    async for row in store.chain_rows(start, end):
+        out.write(export_line(row))
+        written += 1
+    return written
+
+
+@events.command()
+@click.argument("file", metavar="FILE")
+@click.option("--since", metavar="POSITION|TIME", help="from this position, or after this time (ISO 8601 or 10m)")
+@click.option("--until", metavar="POSITION|TIME", help="up to this position, or this time")
+@database_option
+def export(file: str, since: str | None, until: str | None, database_url: str | None) -> None:
+    """Write the log (or a range of it) to FILE as JSON Lines with each row's hashes (`nrt audit verify FILE`)."""
+    for value in (since, until):
+        if value is not None and not value.strip().isdigit():
+            parse_moment(value)  # a clear error before connecting
+    url = resolve_database_url(database_url)
+    try:
+        out = open(file, "wb")  # noqa: SIM115  # closed below; opened first so a bad path fails before connecting
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {file}: {exc.strerror}") from None
+    with out:
+        written = _run(lambda store: export_log(store, out, since, until), url)
+    click.echo(f"exported {written} event(s) to {file}", err=True)
 
 
 @events.command()

@@ -7,15 +7,18 @@ from nrt.store.migrate import upgrade
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
     ReplayedEvent,
+    Snapshot,
 )
 
 __all__ = [
     "AppendResult",
     "ChainReport",
+    "ChainRow",
     "Checkpoint",
     "ConcurrencyError",
     "EventLog",
@@ -23,5 +26,6 @@ __all__ = [
     "InMemoryEventStore",
     "RecordedEvent",
     "ReplayedEvent",
+    "Snapshot",
     "upgrade",
 ]

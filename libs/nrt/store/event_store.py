@@ -24,10 +24,12 @@ from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
     ReplayedEvent,
+    Snapshot,
 )
 from nrt.store.tables import APPEND_COLUMNS
 
@@ -348,6 +350,32 @@ class EventStore(EventLog):
 
     # -- auditing ------------------------------------------------------------------------
 
+    async def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        cursor = start
+        while True:
+            async with self.engine.connect() as conn:
+                result = await conn.execute(
+                    sa.text(
+                        "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
+                        "FROM events WHERE position >= :lo AND position <= :hi ORDER BY position LIMIT :n"
+                    ),
+                    {"lo": cursor, "hi": end if end is not None else 2**62, "n": page},
+                )
+                rows = result.all()
+            if not rows:
+                return
+            for position, event_id, stream_id, version, body, prev, digest in rows:
+                yield ChainRow(
+                    position=position,
+                    event_id=event_id,
+                    stream_id=stream_id,
+                    stream_version=version,
+                    body=body.encode(),
+                    prev_hash=bytes(prev),
+                    hash=bytes(digest),
+                )
+            cursor = rows[-1][0] + 1
+
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the chain from the first row; name the first row that does not match."""
         verifier = ChainVerifier()
@@ -369,6 +397,59 @@ class EventStore(EventLog):
                 )
                 if broken is not None:
                     return broken
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO snapshots (position, fold_version, state, chain_hash) "
+                        "SELECT position, :v, :state, hash FROM events WHERE position = :p "
+                        "ON CONFLICT (position, fold_version) DO UPDATE "
+                        "SET state = EXCLUDED.state, chain_hash = EXCLUDED.chain_hash, created_at = now() "
+                        "RETURNING chain_hash, created_at"
+                    ),
+                    {"p": position, "v": fold_version, "state": state},
+                )
+            ).first()
+        if row is None:
+            raise ValueError(f"the log has no row at position {position}: a snapshot must name a recorded position")
+        return Snapshot(
+            position=position, fold_version=fold_version, state=state, chain_hash=bytes(row[0]), created_at=row[1]
+        )
+
+    async def latest_snapshot(self, fold_version: int, at_or_before: int | None = None) -> Snapshot | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT s.position, s.state, s.chain_hash, s.created_at FROM snapshots s "
+                        "JOIN events e ON e.position = s.position AND e.hash = s.chain_hash "
+                        "WHERE s.fold_version = :v AND s.position <= :p ORDER BY s.position DESC LIMIT 1"
+                    ),
+                    {"v": fold_version, "p": at_or_before if at_or_before is not None else 2**62},
+                )
+            ).first()
+        if row is None:
+            return None
+        return Snapshot(
+            position=row[0], fold_version=fold_version, state=bytes(row[1]), chain_hash=bytes(row[2]), created_at=row[3]
+        )
+
+    async def snapshots(self) -> list[Snapshot]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                sa.text(
+                    "SELECT position, fold_version, state, chain_hash, created_at FROM snapshots "
+                    "ORDER BY position, fold_version"
+                )
+            )
+            return [
+                Snapshot(position=p, fold_version=v, state=bytes(st), chain_hash=bytes(h), created_at=at)
+                for p, v, st, h, at in result
+            ]
 
     # -- consumer checkpoints ------------------------------------------------------------
 

@@ -59,9 +59,10 @@ def link(events: Sequence[Event], versions: dict[str, int], head: int, prev_hash
 class ChainVerifier:
     """Recompute the chain from the first row: feed the stored rows in position order."""
 
-    def __init__(self) -> None:
-        self.prev_hash = GENESIS
-        self.next_position = 1  # the position the next row must have
+    def __init__(self, next_position: int = 1, prev_hash: bytes = GENESIS) -> None:
+        """From the first row, or (an excerpt) from ``next_position`` whose row follows ``prev_hash``."""
+        self.prev_hash = prev_hash
+        self.next_position = next_position  # the position the next row must have
         self.checked = 0
 
     def check(

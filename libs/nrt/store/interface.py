@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nrt.events import Event
-from nrt.store.records import AppendResult, ChainReport, Checkpoint, RecordedEvent, ReplayedEvent
+from nrt.store.records import AppendResult, ChainReport, ChainRow, Checkpoint, RecordedEvent, ReplayedEvent, Snapshot
 
 
 class EventLog(Protocol):
@@ -79,6 +79,10 @@ class EventLog(Protocol):
         """The last position whose event occurred at or before ``moment`` (0 if none)."""
         ...
 
+    def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        """The rows with ``start <= position <= end`` as stored (body bytes and hashes), in position order."""
+        ...
+
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the hash chain from the first row; name the first row that does not match."""
         ...
@@ -89,6 +93,20 @@ class EventLog(Protocol):
 
     async def checkpoint(self, consumer: str) -> int:
         """The consumer's last stored sequence (0 when it has none)."""
+        ...
+
+    async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        """Store ``state``, the fold of the log up to ``position``, with the hash of the row at
+        ``position``; ValueError when the log has no row there. Saving one again replaces it."""
+        ...
+
+    async def latest_snapshot(self, fold_version: int, at_or_before: int | None = None) -> Snapshot | None:
+        """The snapshot of ``fold_version`` with the highest position ``<= at_or_before`` (any when
+        None) whose chain hash is the hash of the log's row at its position; None if there is none."""
+        ...
+
+    async def snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, by position then fold version (for audits)."""
         ...
 
     async def close(self) -> None:

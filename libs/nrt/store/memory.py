@@ -21,10 +21,12 @@ from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
+    ChainRow,
     Checkpoint,
     ConcurrencyError,
     RecordedEvent,
     ReplayedEvent,
+    Snapshot,
 )
 
 
@@ -73,6 +75,7 @@ class InMemoryEventStore(EventLog):
         self._versions: dict[str, int] = {}  # stream id -> last version
         self._streams: dict[str, list[int]] = {}  # stream id -> positions, by version
         self._checkpoints: dict[str, int] = {}
+        self._snapshots: dict[tuple[int, int], Snapshot] = {}  # (position, fold version) -> snapshot
 
     async def close(self) -> None:
         """Nothing to release; the log stays readable."""
@@ -219,6 +222,19 @@ class InMemoryEventStore(EventLog):
 
     # -- auditing ------------------------------------------------------------------------
 
+    async def chain_rows(self, start: int = 1, end: int | None = None, page: int = 10_000) -> AsyncIterator[ChainRow]:
+        for row in list(self._rows.values()):
+            if row.position >= start and (end is None or row.position <= end):
+                yield ChainRow(
+                    position=row.position,
+                    event_id=row.event_id,
+                    stream_id=row.stream_id,
+                    stream_version=row.stream_version,
+                    body=row.body,
+                    prev_hash=row.prev_hash,
+                    hash=row.hash,
+                )
+
     async def verify(self, page: int = 10_000) -> ChainReport:
         verifier = ChainVerifier()
         for row in list(self._rows.values()):
@@ -228,6 +244,37 @@ class InMemoryEventStore(EventLog):
             if broken is not None:
                 return broken
         return verifier.intact()
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        row = self._rows.get(position)
+        if row is None:
+            raise ValueError(f"the log has no row at position {position}: a snapshot must name a recorded position")
+        snapshot = Snapshot(
+            position=position, fold_version=fold_version, state=state, chain_hash=row.hash, created_at=self._clock()
+        )
+        self._snapshots[(position, fold_version)] = snapshot
+        return snapshot
+
+    async def latest_snapshot(self, fold_version: int, at_or_before: int | None = None) -> Snapshot | None:
+        candidates = [
+            s
+            for (position, version), s in self._snapshots.items()
+            if version == fold_version
+            and (at_or_before is None or position <= at_or_before)
+            and (row := self._rows.get(position)) is not None
+            and row.hash == s.chain_hash
+        ]
+        return max(candidates, key=lambda s: s.position, default=None)
+
+    async def snapshots(self) -> list[Snapshot]:
+        return [self._snapshots[key] for key in sorted(self._snapshots)]
+
+    def tamper_with_snapshot(self, position: int, fold_version: int, state: bytes) -> None:
+        """Test hook: replace a stored snapshot's state behind the store's back (its hash is kept)."""
+        key = (position, fold_version)
+        self._snapshots[key] = msgspec.structs.replace(self._snapshots[key], state=state)
 
     # -- consumer checkpoints ------------------------------------------------------------
 

@@ -48,6 +48,34 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     sequence: int
 
 
+class ChainRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row as the hash chain covers it: what an export carries and an offline check recomputes."""
+
+    position: int
+    event_id: str
+    stream_id: str
+    stream_version: int
+    body: bytes  # the canonical encoding the hash covers
+    prev_hash: bytes
+    hash: bytes
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A folded state of the log at ``position``: what a reader starts from instead of position 1.
+
+    ``state`` is the encoded state (the store does not interpret it), ``fold_version`` the
+    version of the fold and encoding that produced it (a reader ignores other versions), and
+    ``chain_hash`` the hash of the log's row at ``position``, so a snapshot names the exact
+    log it was folded from.
+    """
+
+    position: int
+    fold_version: int
+    state: bytes
+    chain_hash: bytes
+    created_at: datetime | None = None  # set by the store
+
+
 class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     checked: int

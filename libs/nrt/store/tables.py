@@ -32,6 +32,16 @@ consumer_checkpoints = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("position", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("fold_version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("state", sa.LargeBinary, nullable=False),
+    sa.Column("chain_hash", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
 # Columns in the order the append path writes them (COPY).
 APPEND_COLUMNS = (
     "position",
