@@ -64,6 +64,21 @@ class WhatIfReport(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool  # no violation: the candidate keeps every constraint over the recorded traffic
 
 
+def _refused(refusals: Sequence[Refusal]) -> list[Violation]:
+    """One violation per model whose promotions would be refused: how often, and the first one's reason."""
+    by_model: dict[str, list[Refusal]] = {}
+    for refusal in refusals:
+        by_model.setdefault(refusal.model_id, []).append(refusal)
+    return [
+        Violation(
+            code="promotion_refused",
+            message=f"{model_id}: {len(found)} promotion(s) refused over the traffic, the first for request "
+            f"{found[0].request_id} ({found[0].code}): {found[0].reason}",
+        )
+        for model_id, found in by_model.items()
+    ]
+
+
 def build_report(
     requests: Sequence[RecordedRequest],
     current: Manifest | None,
@@ -98,11 +113,8 @@ def build_report(
     fallback = candidate.fallback.id if candidate.fallback is not None else None
     to_fallback = [r.prompt for r, s in zip(requests, steps, strict=True) if s.target == fallback]
     simulation = simulate(current, candidate, steps)
-    violations = [
-        Violation(code="over_budget", message=use.describe()) for use in simulation.budgets if not use.fits
-    ] + [
-        Violation(code="promotion_refused", message=f"request {r.request_id}: {r.reason}") for r in simulation.refusals
-    ]
+    violations = [Violation(code="over_budget", message=use.describe()) for use in simulation.budgets if not use.fits]
+    violations += _refused(simulation.refusals)
     return WhatIfReport(
         cluster=candidate.cluster,
         current_version=current_version,
