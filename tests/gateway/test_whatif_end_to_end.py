@@ -49,9 +49,9 @@ async def routed(store: EventStore, count: int, within: float = 15.0) -> list[Re
         await asyncio.sleep(0.1)
 
 
-async def what_if_cli(candidate: Path, database_url: str) -> Result:
+async def what_if_cli(candidate: Path, database_url: str, *extra: str) -> Result:
     """``nrt replay --what-if`` in a thread of its own (the CLI runs its own event loop)."""
-    args = ["replay", "--what-if", str(candidate), "--json", "--database-url", database_url]
+    args = ["replay", "--what-if", str(candidate), "--database-url", database_url, *extra]
     return await asyncio.to_thread(CliRunner().invoke, cli, args)
 
 
@@ -81,7 +81,7 @@ async def test_a_candidate_moving_an_intent_is_reported_by_the_cli_and_the_dry_r
         moved = stack.manifest.text.replace("specialists.{intent}", "specialists.technical")
         candidate = tmp_path / "candidate.yaml"
         candidate.write_text(moved)
-        result = await what_if_cli(candidate, database_url)
+        result = await what_if_cli(candidate, database_url, "--json")
         assert result.exit_code == 0, result.output
         report = json.loads(result.output)
         changes = {(c["before"]["target"], c["after"]["target"], c["before"]["intent"]): c for c in report["changes"]}
@@ -93,10 +93,16 @@ async def test_a_candidate_moving_an_intent_is_reported_by_the_cli_and_the_dry_r
         assert report["current_version"] == 1
 
         assert await dry_run(stack, moved) == report  # the same report, from cluster_state
+        shown = await what_if_cli(candidate, database_url)
+        assert shown.exit_code == 0, shown.output
+        assert "billing (billing)" in shown.output
+        assert "billing (technical)" in shown.output
+        later = await what_if_cli(candidate, database_url, "--json", "--since", "2100-01-01T00:00:00Z")
+        assert json.loads(later.output)["requests"] == 0
 
         over = moved.replace("cluster: tiny-support", "cluster: tiny-support\nresources: {gpu_budget: 1KB}", 1)
         candidate.write_text(over)
-        result = await what_if_cli(candidate, database_url)
+        result = await what_if_cli(candidate, database_url, "--json")
         assert result.exit_code == 2, result.output
         broken = json.loads(result.output)
         assert broken["ok"] is False
