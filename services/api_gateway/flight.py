@@ -244,9 +244,10 @@ class Flight:
         self.exchange.close()
 
 
-def recorded_prompt(manifest: Manifest, call: ChatCall) -> str | None:
-    """The text the router classifies, when the manifest in force records prompts (else None)."""
-    if not manifest.audit.record_prompts:
+def recorded_prompt(manifest: Manifest, call: ChatCall, routed: bool) -> str | None:
+    """The text the router classifies, for a routed request while the manifest in force records
+    prompts (else None: a direct call's text is never kept, the what-if replays routed requests)."""
+    if not routed or not manifest.audit.record_prompts:
         return None
     try:
         return routing_text(call.messages)
@@ -285,7 +286,7 @@ async def take_off(
             created=int(started_wall),
             started_wall=started_wall,
         )
-        prompt = recorded_prompt(admission.manifest, call)
+        prompt = recorded_prompt(admission.manifest, call, routed)
         flight = Flight(runtime, bus, call, transcript, span, caller_key_id(request.headers), prompt)
         try:
             await flight.start()

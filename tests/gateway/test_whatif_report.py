@@ -156,3 +156,11 @@ def test_audit_record_prompts_must_be_a_boolean(value: object) -> None:
         parse_manifest(BUDGETED + f"audit: {{record_prompts: {value}}}\n")
     assert parse_manifest(BUDGETED + "audit: {record_prompts: true}\n").audit.record_prompts
     assert not parse_manifest(BUDGETED).audit.record_prompts
+
+
+def test_a_router_on_standby_is_promoted_by_the_first_request_it_classifies() -> None:
+    manifest = parse_manifest(BUDGETED.replace("    priority: critical\n", "    tier: standby\n", 1))
+    traffic = recorded(manifest, ("my bill", "billing"), ("my bill", "billing"))
+    report = build_report(traffic, manifest, 1, manifest, no_classifier)
+    moves = [(t.request_id, t.model_id, t.from_tier, t.to_tier, t.cold_start) for t in report.transitions]
+    assert moves == [("r0", "router", Tier.STANDBY, Tier.RESIDENT, True)]

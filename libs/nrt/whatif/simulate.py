@@ -3,8 +3,9 @@
 One simulated worker with room for everything holds every model at its declared tier, so only the
 manifest's budgets bind (a deployment's workers may bind sooner). Each recorded request, in time
 order, fires the entry model (co-activation and ``promotion_hint`` warming, ``co_activate``) and
-reaches its target; a target on standby is promoted on demand (a cold start, ``make_resident``,
-which demotes least recently used residents or refuses with the numbers). The events these
+reaches its target; an entry model or a target on standby is promoted on demand (a cold start,
+``make_resident``, which demotes least recently used residents or refuses with the numbers).
+Sessions' KV bytes are not simulated (the recorded texts carry no conversation). The events these
 decisions would cause are folded with the live ``evolve``, so the next request sees their effect.
 """
 
@@ -185,8 +186,10 @@ def simulate(current: Manifest | None, candidate: Manifest, steps: Sequence[Step
         state, done = _apply(state, commands, step)
         transitions += done
         refusals += [_refusal(c, step) for c in commands if isinstance(c, Refuse)]
-        if _tier(state, step.target) == Tier.STANDBY:
-            commands = make_resident(ControlState(cluster=state), candidate, step.target, Reason.ON_DEMAND, step.at)
+        for model_id in dict.fromkeys((entry, step.target)):  # the router classifies, then the target answers
+            if _tier(state, model_id) != Tier.STANDBY:
+                continue
+            commands = make_resident(ControlState(cluster=state), candidate, model_id, Reason.ON_DEMAND, step.at)
             state, done = _apply(state, commands, step)
             transitions += done
             refusals += [_refusal(c, step) for c in commands if isinstance(c, Refuse)]
