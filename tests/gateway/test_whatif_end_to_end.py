@@ -87,7 +87,7 @@ async def test_a_candidate_moving_an_intent_is_reported_by_the_cli_and_the_dry_r
         changes = {(c["before"]["target"], c["after"]["target"], c["before"]["intent"]): c for c in report["changes"]}
         assert set(changes) == {("billing", "technical", "billing"), ("fallback", "technical", None)}
         billing = changes[("billing", "technical", "billing")]
-        assert (billing["count"], billing["examples"]) == (2, [BILLING, BILLING])
+        assert (billing["count"], billing["examples"]) == (2, [BILLING])
         assert (report["requests"], report["unchanged"], report["reclassified"]) == (4, 1, 0)
         assert report["ok"] is True
         assert report["current_version"] == 1

@@ -62,7 +62,7 @@ def test_moving_an_intent_to_another_specialist_reports_its_requests_with_counts
     report = build_report(recorded(current, *TRAFFIC), current, 1, candidate, no_classifier)
     moved = {(c.before.describe(), c.after.describe()): (c.count, c.examples) for c in report.changes}
     assert moved == {
-        ("billing (billing)", "billing (technical)"): (2, [BILLING, BILLING]),
+        ("billing (billing)", "billing (technical)"): (2, [BILLING]),
         ("<none> (fallback)", "<none> (technical)"): (1, [OTHER]),
     }
     assert (report.requests, report.unchanged, report.reclassified, report.to_fallback) == (4, 1, 0, 0)

@@ -21,7 +21,11 @@ from nrt.whatif.simulate import BudgetUse, Refusal, Step, TierTransition, simula
 Classify = Callable[[str], Decision]
 """The candidate's routing decision for a text (its router model, threshold and dispatch rule)."""
 
-EXAMPLES = 3  # example texts kept per routing change
+EXAMPLES = 3  # distinct example texts kept per routing change
+
+
+def _examples(texts: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(texts))[:EXAMPLES]
 
 
 class Route(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,7 +42,7 @@ class RoutingChange(msgspec.Struct, frozen=True, kw_only=True):
     before: Route
     after: Route
     count: int
-    examples: list[str]
+    examples: list[str]  # up to EXAMPLES distinct texts
 
 
 class Violation(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,7 +109,7 @@ def build_report(
         groups.setdefault((before, after), []).append(request.prompt)
         steps.append(Step(request_id=request.request_id, at=request.at, intent=after.intent, target=after.target))
     changes = [
-        RoutingChange(before=before, after=after, count=len(texts), examples=texts[:EXAMPLES])
+        RoutingChange(before=before, after=after, count=len(texts), examples=_examples(texts))
         for (before, after), texts in groups.items()
         if before != after
     ]
@@ -124,7 +128,7 @@ def build_report(
         unchanged=sum(len(texts) for (before, after), texts in groups.items() if before == after),
         changes=changes,
         to_fallback=len(to_fallback),
-        fallback_examples=to_fallback[:EXAMPLES],
+        fallback_examples=_examples(to_fallback),
         budgets=simulation.budgets,
         transitions=simulation.transitions,
         cold_starts=simulation.cold_starts,
