@@ -21,6 +21,7 @@ error frames, are in ``nrt.bus.rpc``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 import msgspec
@@ -275,6 +276,13 @@ class ApplyManifest(msgspec.Struct, frozen=True, kw_only=True):
 
     text: str
     requested_by: str = "api"
+
+
+class WhatIf(msgspec.Struct, frozen=True, kw_only=True):
+    """Run the recorded requests (``since``: from then) through the candidate manifest ``text``, applying nothing."""
+
+    text: str
+    since: datetime | None = None
 
 
 class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import Request, Response, get, put
 from litestar.di import NamedDependency
-from litestar.params import RawBody
+from litestar.params import FromQuery, RawBody
 from msgspec.structs import replace
 
 from api_gateway.auth import admin_key, infer_key, is_admin
@@ -20,9 +20,10 @@ from nrt.bus.broker import call
 from nrt.bus.errors import RemoteError
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.manifest_sources import footprint_of
-from nrt.protocol import ApplyManifest, ApplyResult, StateQuery
+from nrt.protocol import ApplyManifest, ApplyResult, StateQuery, WhatIf
 from nrt.routing import threshold_in_force
 from nrt.state import ClusterState
+from nrt.whatif import WhatIfReport
 
 log = logging.getLogger("api_gateway")
 
@@ -131,19 +132,27 @@ async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     "/v1/manifest",
     guards=[admin_key],
     summary="Replace the manifest (admin): validated here, then a drained swap by cluster_state",
-    description="The body is the manifest text (YAML). Needs an admin key (`Authorization: Bearer $NRT_ADMIN_KEY`).",
+    description=(
+        "The body is the manifest text (YAML). Needs an admin key (`Authorization: Bearer $NRT_ADMIN_KEY`). "
+        "With `dry_run=true` nothing is applied: the answer is the candidate's what-if report (what "
+        "`nrt replay --what-if` prints) over the requests recorded with `audit: {record_prompts: true}`: "
+        "routing changes, requests to the fallback, budgets, tier transitions and cold starts; `ok` is false "
+        "when a constraint would break."
+    ),
     responses=errors(400, 401, 403, 409, 413, 422, 429, 500, 502, 503, 504),
     security=[{ADMIN_SCHEME: []}],
     operation_class=ManifestUpload,
 )
-async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> ApplyResult:
+async def put_manifest(
+    runtime: NamedDependency[Runtime], body: RawBody, dry_run: FromQuery[bool] = False
+) -> ApplyResult | WhatIfReport:
     try:
         data = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "the manifest must be UTF-8 text", code="invalid_encoding") from None
     bus = runtime.require()
-    try:
-        manifest = parse_manifest(data, "PUT /v1/manifest", footprint_of)
+    try:  # a dry run reports a candidate's budgets instead of refusing it
+        manifest = parse_manifest(data, "PUT /v1/manifest", footprint_of, budgets=not dry_run)
     except ManifestError as exc:
         problems = [p.render(exc.file) for p in exc.problems]
         raise ApiError(
@@ -153,6 +162,13 @@ async def put_manifest(runtime: NamedDependency[Runtime], body: RawBody) -> Appl
             param=exc.problems[0].path or None if exc.problems else None,
             problems=problems,
         ) from None
+    if dry_run:
+        try:
+            return await call(
+                bus.broker, subjects.MANIFEST_WHATIF, WhatIf(text=data), WhatIfReport, runtime.settings.apply_timeout
+            )
+        except RemoteError as exc:
+            raise ApiError.from_remote(exc) from None
     timeout = manifest.drain.timeout + runtime.settings.apply_timeout
     try:
         return await call(

@@ -10,6 +10,8 @@ or when the gateway is stopping (``Runtime.closing``), so an open dashboard does
 
 The API key events (``ApiKeyCreated``, ``ApiKeyRevoked``: key hashes) are for admin keys only,
 as the keys are in ``/v1/cluster``: an infer key's feed leaves them out, and asking for them is a 403.
+So are the request texts a manifest with ``audit: {record_prompts: true}`` records: an infer key's
+feed shows ``RequestAdmitted`` without its ``prompt`` (other callers' texts are not its to read).
 
 It needs an API key like every ``/v1`` route; a browser sends it with ``fetch`` (streaming the
 body), since ``EventSource`` cannot send headers.
@@ -24,6 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
@@ -38,7 +41,7 @@ from api_gateway.openapi_docs import KEYED, errors
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
-from nrt.events import EventDecodeError, decode
+from nrt.events import AnyEvent, EventDecodeError, RequestAdmitted, decode, encode
 
 log = logging.getLogger("api_gateway")
 
@@ -52,6 +55,7 @@ KEEPALIVE_S = 15.0
 class FeedQuery:
     types: tuple[str, ...]  # the event types asked for (every published type when none was named)
     last: int  # how many stream messages back to start from
+    admin: bool = False  # an admin key asked: key events and request texts are shown
 
     @property
     def filters(self) -> list[str]:
@@ -76,7 +80,14 @@ def feed_query(types: str | None, last: int, *, admin: bool) -> FeedQuery:
         raise ApiError(403, f"{', '.join(refused)} events need an admin key", code="insufficient_scope", param="types")
     if not 0 <= last <= MAX_LAST:
         raise ApiError(400, f"last must be between 0 and {MAX_LAST}, not {last}", code="invalid_value", param="last")
-    return FeedQuery(types=names or tuple(known), last=last)
+    return FeedQuery(types=names or tuple(known), last=last, admin=admin)
+
+
+def shown(event: AnyEvent, data: bytes, *, admin: bool) -> bytes:
+    """The event's JSON as the feed shows it: a recorded request text only to an admin key."""
+    if admin or not isinstance(event, RequestAdmitted) or event.prompt is None:
+        return data
+    return encode(msgspec.structs.replace(event, prompt=None))
 
 
 def sse_frame(sequence: int, type_name: str, data: bytes) -> bytes:
@@ -120,7 +131,7 @@ async def event_frames(nc: Client, query: FeedQuery, closing: asyncio.Event) -> 
             except EventDecodeError as exc:
                 log.warning("events feed: skipping an undecodable message on %s: %s", msg.subject, exc)
                 continue
-            yield sse_frame(msg.metadata.sequence.stream, event.type, msg.data)
+            yield sse_frame(msg.metadata.sequence.stream, event.type, shown(event, msg.data, admin=query.admin))
     finally:
         closed.cancel()
         if receiving is not None:

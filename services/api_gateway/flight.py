@@ -36,8 +36,10 @@ from api_gateway.validate import ChatCall, check_model
 from nrt.bus import rpc, subjects, tracing
 from nrt.bus.errors import RemoteError
 from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
+from nrt.manifest import Manifest
 from nrt.metrics import DIRECT, UNROUTED, route_outcome
 from nrt.protocol import Cancel, InboxFrame, RouteRequest
+from nrt.routing import routing_text
 
 tracer = trace.get_tracer("api_gateway")
 
@@ -58,9 +60,11 @@ class Flight:
         transcript: Transcript,
         span: Span,
         key_id: str | None,
+        prompt: str | None = None,
     ) -> None:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
         self.key_id = key_id  # the API key the usage is recorded for (None: authentication is off)
+        self.prompt = prompt  # the routing text, recorded with RequestAdmitted (audit.record_prompts)
         self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
         self.route: RouteRequest | None = None
@@ -81,6 +85,7 @@ class Flight:
                 session_id=self.call.session_id,
                 stream=self.call.stream,
                 key_id=self.key_id,
+                prompt=self.prompt,
             )
         )
         route = RouteRequest(
@@ -239,6 +244,17 @@ class Flight:
         self.exchange.close()
 
 
+def recorded_prompt(manifest: Manifest, call: ChatCall, routed: bool) -> str | None:
+    """The text the router classifies, for a routed request while the manifest in force records
+    prompts (else None: a direct call's text is never kept, the what-if replays routed requests)."""
+    if not routed or not manifest.audit.record_prompts:
+        return None
+    try:
+        return routing_text(call.messages)
+    except ValueError:  # no user message: nothing a router could classify
+        return None
+
+
 async def take_off(
     name: str, request: Request[Any, Any, Any], runtime: Runtime, validate: Callable[[], ChatCall]
 ) -> tuple[Flight, str | None]:
@@ -270,7 +286,8 @@ async def take_off(
             created=int(started_wall),
             started_wall=started_wall,
         )
-        flight = Flight(runtime, bus, call, transcript, span, caller_key_id(request.headers))
+        prompt = recorded_prompt(admission.manifest, call, routed)
+        flight = Flight(runtime, bus, call, transcript, span, caller_key_id(request.headers), prompt)
         try:
             await flight.start()
             return flight, await flight.next_text()  # the HTTP answer starts with the first token

@@ -37,6 +37,7 @@ from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
 from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper
+from cluster_state.whatif import dry_run
 from nrt.bus import broker as bus
 from nrt.bus import subjects
 from nrt.bus.jetstream import EventPublisher
@@ -45,10 +46,20 @@ from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
 from nrt.metrics import ClusterCollector, StateMetrics
 from nrt.policies import ControlState, Tuning
-from nrt.protocol import ApplyManifest, ApplyResult, CreateKey, PromoteModel, PromoteResult, RevokeKey, StateQuery
+from nrt.protocol import (
+    ApplyManifest,
+    ApplyResult,
+    CreateKey,
+    PromoteModel,
+    PromoteResult,
+    RevokeKey,
+    StateQuery,
+    WhatIf,
+)
 from nrt.state import ApiKey, ClusterState
 from nrt.store import EventStore, RecordedEvent, upgrade
 from nrt.vocabulary import KeyScope
+from nrt.whatif import WhatIfReport
 
 log = logging.getLogger("nrt.cluster_state")
 
@@ -116,6 +127,9 @@ class ClusterStateService:
             await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
             await bus.serve(
                 self.broker, subjects.MANIFEST_APPLY, self.apply, title="cluster_state: manifest swap", max_workers=4
+            ),
+            await bus.serve(
+                self.broker, subjects.MANIFEST_WHATIF, self.what_if, title="cluster_state: what-if", max_workers=2
             ),
             await bus.serve(self.broker, subjects.KEYS_CREATE, self.create_key, title="cluster_state: create a key"),
             await bus.serve(self.broker, subjects.KEYS_REVOKE, self.revoke_key, title="cluster_state: revoke a key"),
@@ -277,6 +291,10 @@ class ClusterStateService:
     async def apply(self, request: ApplyManifest) -> ApplyResult:
         """Replace the manifest in force with a drained swap (validate, warm, drain, cut over)."""
         return await self.swapper.apply(request)
+
+    async def what_if(self, request: WhatIf) -> WhatIfReport:
+        """The candidate manifest's what-if over the recorded requests; nothing is applied."""
+        return await dry_run(self.store, request)
 
     async def create_key(self, request: CreateKey) -> ApiKey:
         """Record a new API key (its hash) and answer it once folded."""

@@ -36,10 +36,12 @@ from nrt.protocol import (
     RevokeKey,
     RouteRequest,
     StateQuery,
+    WhatIf,
     WorkerHeartbeat,
 )
 from nrt.service import Health, HealthQuery
 from nrt.state import ApiKey, ClusterState
+from nrt.whatif import WhatIfReport
 
 Service = Literal["api_gateway", "router_svc", "specialist_worker", "cluster_state", "nrt"]
 SERVICES: tuple[Service, ...] = ("api_gateway", "router_svc", "specialist_worker", "cluster_state", "nrt")
@@ -167,6 +169,17 @@ CHANNELS: tuple[Channel, ...] = (
         publishers=("api_gateway",),
         subscribers=("cluster_state",),
         summary="Replace the manifest in force with a drained swap.",
+    ),
+    Channel(
+        address=subjects.MANIFEST_WHATIF,
+        payload=WhatIf,
+        reply=WhatIfReport,
+        publishers=("api_gateway",),
+        subscribers=("cluster_state",),
+        summary=(
+            "A candidate manifest's what-if, applying nothing (PUT /v1/manifest?dry_run=true): the recorded "
+            "requests (audit.record_prompts) through its router, budgets and policies, from the PostgreSQL log."
+        ),
     ),
     Channel(
         address=subjects.KEYS_CREATE,

@@ -230,10 +230,33 @@ def render_replay(result: Replay, console: Console, max_sessions: int = 20) -> N
 
 @click.command()
 @click.option("--until", metavar="POSITION|TIME", help="stop at this log position, or at this time (ISO 8601 or 10m)")
-@click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
+@click.option(
+    "--what-if",
+    "candidate",
+    type=click.Path(dir_okay=False),
+    help="run the recorded requests through this candidate manifest instead (exit 2 when a constraint breaks)",
+)
+@click.option(
+    "--since", callback=_moment_option, help="--what-if: requests from this time (ISO 8601, or a duration ago: 1h)"
+)
+@click.option("--json", "as_json", is_flag=True, help="print the state (or the what-if report) as JSON")
 @database_option
-def replay(until: str | None, as_json: bool, database_url: str | None) -> None:
-    """Fold the event log into the cluster state as it was at a point (default: now)."""
+def replay(
+    until: str | None, candidate: str | None, since: datetime | None, as_json: bool, database_url: str | None
+) -> None:
+    """Fold the event log into the cluster state as it was at a point (default: now).
+
+    With --what-if, run the recorded requests (audit: {record_prompts: true}) through a candidate
+    manifest's router, budgets and policies, offline, and report what would change."""
+    if candidate is not None:
+        if until is not None:
+            raise click.UsageError("--until is for the folded state; --what-if takes --since")
+        from nrt.cli.whatif import run_what_if
+
+        run_what_if(candidate, since, as_json, resolve_database_url(database_url), _console())
+        return
+    if since is not None:
+        raise click.UsageError("--since is for --what-if; the folded state takes --until")
     if until is not None and not until.strip().isdigit():
         parse_moment(until)  # a clear error before connecting
     result = _run(lambda store: replay_log(store, until), resolve_database_url(database_url))

@@ -200,15 +200,18 @@ class SessionClosed(Event, frozen=True, kw_only=True):
 
 
 class RequestAdmitted(Event, frozen=True, kw_only=True):
-    """Version 2 added ``key_id`` (version 1 rows decode without one)."""
+    """Version 2 added ``key_id``, version 3 ``prompt`` (older rows decode without them)."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     request_id: str
     manifest_version: int
     model_id: str  # what the client asked for: the entry (routed) or a model id (direct)
     session_id: str | None = None
     stream: bool = False
     key_id: str | None = None  # the API key that sent it (None: authentication was off)
+    # The text the router classifies (the last user message), kept only while the manifest in force
+    # says ``audit: {record_prompts: true}``: what ``nrt replay --what-if`` runs through a candidate.
+    prompt: str | None = None
 
     @property
     def stream_id(self) -> str:

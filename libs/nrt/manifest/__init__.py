@@ -3,6 +3,7 @@
 from nrt.manifest.dispatch import DispatchRule, parse_rule
 from nrt.manifest.errors import ManifestError, Problem
 from nrt.manifest.model import (
+    Audit,
     DrainPolicy,
     Generation,
     LruPolicy,
@@ -18,6 +19,7 @@ from nrt.manifest.model import (
 from nrt.manifest.parse import FootprintOf, load_manifest, parse_manifest
 
 __all__ = [
+    "Audit",
     "DispatchRule",
     "DrainPolicy",
     "FootprintOf",

@@ -101,6 +101,13 @@ class DrainPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Audit:
+    """What the event log keeps beyond the facts it always records."""
+
+    record_prompts: bool = False  # keep each request's routing text with its RequestAdmitted (for what-if replays)
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     cluster: str
     resources: Resources
@@ -111,6 +118,7 @@ class Manifest:
     lru: LruPolicy = field(default_factory=LruPolicy)
     drain: DrainPolicy = field(default_factory=DrainPolicy)
     text: str = ""  # the source text, kept verbatim for the event log
+    audit: Audit = field(default_factory=Audit)
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:

@@ -14,6 +14,7 @@ from nrt.manifest.model import (
     PROMOTION_HINTS,
     TEMPLATE_FIELDS,
     TURN_FIELDS,
+    Audit,
     DrainPolicy,
     Generation,
     LruPolicy,
@@ -35,7 +36,7 @@ FootprintOf = Callable[[str], int | None]
 
 T = TypeVar("T")
 
-TOP_KEYS = ("cluster", "resources", "models", "fallback", "routing", "lru", "drain")
+TOP_KEYS = ("cluster", "resources", "models", "fallback", "routing", "lru", "drain", "audit")
 RESOURCE_KEYS = ("gpu_budget", "ram_budget")
 MODELS_KEYS = ("router", "specialists")
 MODEL_KEYS = (
@@ -62,6 +63,7 @@ GENERATION_KEYS = ("max_tokens", "temperature", "top_p", "stop")
 ROUTING_KEYS = ("entry", "dispatch_rule")
 LRU_KEYS = ("idle_threshold", "min_lifetime", "sweep_interval")
 DRAIN_KEYS = ("timeout", "admission_wait")
+AUDIT_KEYS = ("record_prompts",)
 RESERVED_IDS = ("router", "fallback")
 ID_CHARS = "letters, digits, '_' and '-'"
 
@@ -85,10 +87,15 @@ def load_manifest(path: str | Path, footprint_of: FootprintOf = _no_footprint) -
     return parse_manifest(text, str(file), footprint_of)
 
 
-def parse_manifest(text: str, file: str = "<manifest>", footprint_of: FootprintOf = _no_footprint) -> Manifest:
-    """Validate manifest ``text``; raises ManifestError listing every problem."""
+def parse_manifest(
+    text: str, file: str = "<manifest>", footprint_of: FootprintOf = _no_footprint, *, budgets: bool = True
+) -> Manifest:
+    """Validate manifest ``text``; raises ManifestError listing every problem.
+
+    ``budgets=False`` leaves out the check that each tier's models fit its budget: for a caller
+    that reports it itself (the what-if report of ``nrt replay --what-if``)."""
     tree = parse_yaml(text)
-    reader = _Reader(tree)
+    reader = _Reader(tree, budgets)
     manifest = reader.manifest(text, footprint_of) if not tree.problems else None
     problems = tree.problems + reader.problems
     if problems or manifest is None:
@@ -108,8 +115,9 @@ def _valid_id(value: str) -> bool:
 class _Reader:
     """Walks the YAML values, collecting problems instead of stopping at the first."""
 
-    def __init__(self, tree: YamlTree) -> None:
+    def __init__(self, tree: YamlTree, budgets: bool = True) -> None:
         self.tree = tree
+        self.budgets = budgets
         self.problems: list[Problem] = []
 
     # -- primitives -------------------------------------------------------------------
@@ -182,14 +190,16 @@ class _Reader:
         fallback = self.model(root["fallback"], ("fallback",), Role.FALLBACK) if root.get("fallback") else None
         lru = self.lru(root.get("lru"))
         drain = self.drain(root.get("drain"))
+        audit = self.audit(root.get("audit"))
         all_models = [m for m in (router, *specialists, fallback) if m is not None]
         self.check_ids(specialists)
         routing = self.routing(root.get("routing"), all_models, specialists)
         self.check_co_activation(all_models)
-        self.check_budgets(resources, all_models, footprint_of)
+        if self.budgets:
+            self.check_budgets(resources, all_models, footprint_of)
         if self.problems or cluster is None or router is None or routing is None:
             return None
-        return Manifest(cluster, resources, router, tuple(specialists), fallback, routing, lru, drain, text)
+        return Manifest(cluster, resources, router, tuple(specialists), fallback, routing, lru, drain, text, audit)
 
     def resources(self, value: object) -> Resources:
         data = self.mapping(value, ("resources",), RESOURCE_KEYS, "resources")
@@ -457,6 +467,12 @@ class _Reader:
             timeout=self.duration(data, path, "timeout", default.timeout, positive=True),
             admission_wait=self.duration(data, path, "admission_wait", default.admission_wait),
         )
+
+    def audit(self, value: object) -> Audit:
+        path: KeyPath = ("audit",)
+        data = self.mapping(value, path, AUDIT_KEYS, "audit")
+        record = self.typed(data.get("record_prompts"), (*path, "record_prompts"), bool, "true or false")
+        return Audit(record_prompts=bool(record))
 
     def duration(
         self, data: Mapping[str, object], path: KeyPath, key: str, default: float, positive: bool = False

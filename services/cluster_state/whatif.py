@@ -1,0 +1,33 @@
+"""``nrt.manifest.whatif``: a candidate manifest's what-if over the recorded requests, applying nothing.
+
+The report ``nrt replay --what-if`` prints (``nrt.whatif``), from cluster_state's own log; the
+candidate's router model runs here, off the event loop, only when it differs from the recorded one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from nrt.bus.errors import BadRequest, RemoteError
+from nrt.manifest import ManifestError
+from nrt.protocol import WhatIf
+from nrt.store import EventLog
+from nrt.whatif import WhatIfReport
+from nrt.whatif.candidate import parse_candidate, read_recorded, what_if
+
+INVALID = 422
+
+
+async def dry_run(log: EventLog, request: WhatIf) -> WhatIfReport:
+    try:
+        candidate = parse_candidate(request.text, "the candidate manifest")
+    except ManifestError as exc:
+        problems = [p.render(exc.file) for p in exc.problems]
+        raise RemoteError(
+            "invalid_manifest", f"the manifest has {len(problems)} problem(s): " + "; ".join(problems), INVALID
+        ) from None
+    recorded = await read_recorded(log, request.since)
+    try:
+        return await asyncio.to_thread(what_if, recorded, candidate)
+    except ValueError as exc:  # a remote entry model: it cannot run here
+        raise BadRequest(f"cannot run the candidate's router offline: {exc}", code="router_not_local") from None
