@@ -114,6 +114,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),
         "NRT_GATEWAY_INSTANCE": ("abc123", "instance", "abc123"),
         "NRT_GATEWAY_MAX_MESSAGES": ("100", "max_messages", 100),
+        "NRT_SNAPSHOT_EVERY_EVENTS": ("500", "snapshot_every_events", 500),
+        "NRT_SNAPSHOT_EVERY_S": ("30", "snapshot_every_s", 30.0),
     }
     assert set(values) == {v.name for v in settings_doc.variables()}, "a variable without a test value"
     for name, (raw, _, _) in values.items():
