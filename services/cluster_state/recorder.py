@@ -41,7 +41,7 @@ from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
 from nrt.bus.contract import may_carry
-from nrt.bus.jetstream import ensure_events_stream
+from nrt.bus.jetstream import ensure_events_stream, message_version
 from nrt.events import Event, EventDecodeError, decode
 from nrt.metrics import StateMetrics
 from nrt.store import Checkpoint, EventLog, RecordedEvent
@@ -172,7 +172,7 @@ class Recorder:
         events: list[Event] = []
         for msg in messages:
             try:
-                event = decode(msg.data)
+                event = decode(msg.data, message_version(msg.headers))  # an older version is upcast
             except EventDecodeError as exc:
                 log.error("not recording the message at stream sequence %d: %s", msg.metadata.sequence.stream, exc)
                 continue

@@ -33,7 +33,7 @@ from nrt.store.tables import APPEND_COLUMNS
 
 APPEND_LOCK_KEY = 0x6E7274  # "nrt": one appender at a time holds it for its transaction
 _COPY_SQL = f"COPY events ({', '.join(APPEND_COLUMNS)}) FROM STDIN"
-_READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text"
+_READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text, schema_version"
 
 
 _CHECKPOINT_SQL = sa.text(
@@ -294,15 +294,15 @@ class EventStore(EventLog):
                 while end is None or cursor <= end:
                     upper = cursor + page - 1 if end is None else min(cursor + page - 1, end)
                     result = await conn.exec_driver_sql(
-                        "SELECT position, body::text FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
+                        "SELECT position, body::text, schema_version FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
                         "ORDER BY position",
                         {"lo": cursor, "hi": upper},
                     )
-                    rows = cast(Sequence[tuple[int, str]], result.all())  # exec_driver_sql rows are untyped
+                    rows = cast(Sequence[tuple[int, str, int]], result.all())  # exec_driver_sql rows are untyped
                     if not rows:
                         return
-                    for position, body in rows:
-                        yield position, decode(body)
+                    for position, body, version in rows:
+                        yield position, decode(body, version)  # an older version goes through its upcasters
                     cursor = upper + 1
 
     async def query(
@@ -391,11 +391,11 @@ class EventStore(EventLog):
 
 
 def _recorded(row: Sequence[Any]) -> RecordedEvent:
-    position, stream_id, stream_version, recorded_at, body = row
+    position, stream_id, stream_version, recorded_at, body, version = row
     return RecordedEvent(
         position=position,
         stream_id=stream_id,
         stream_version=stream_version,
         recorded_at=recorded_at,
-        event=decode(body),
+        event=decode(body, version),
     )

@@ -15,7 +15,7 @@ from datetime import datetime
 
 import msgspec
 
-from nrt.events import Event, decode, utc_now
+from nrt.events import Event, decode, schema_version, utc_now
 from nrt.store.hashchain import GENESIS, ChainVerifier, link
 from nrt.store.interface import EventLog
 from nrt.store.records import (
@@ -36,6 +36,7 @@ class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
     stream_id: str
     stream_version: int
     type: str
+    schema_version: int  # the version that wrote ``body`` (older ones are upcast on reading)
     occurred_at: datetime
     recorded_at: datetime
     body: bytes  # the canonical encoding the hash covers
@@ -59,7 +60,7 @@ def _recorded(row: StoredRow) -> RecordedEvent:
         stream_id=row.stream_id,
         stream_version=row.stream_version,
         recorded_at=row.recorded_at,
-        event=decode(row.body),
+        event=decode(row.body, row.schema_version),
     )
 
 
@@ -113,6 +114,7 @@ class InMemoryEventStore(EventLog):
                 stream_id=chained.stream_id,
                 stream_version=chained.stream_version,
                 type=event.type,
+                schema_version=schema_version(event.type),
                 occurred_at=event.occurred_at,
                 recorded_at=recorded_at,
                 body=chained.body,
@@ -184,7 +186,7 @@ class InMemoryEventStore(EventLog):
         last = self._tail()[0] if end is None else min(end, self._tail()[0])
         rows = [row for position in range(start, last + 1) if (row := self._rows.get(position)) is not None]
         for row in rows:
-            yield row.position, decode(row.body)
+            yield row.position, decode(row.body, row.schema_version)
 
     async def query(
         self,
