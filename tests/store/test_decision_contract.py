@@ -17,6 +17,7 @@ from nrt.store import (
     InMemoryEventStore,
     RecordedEvent,
 )
+from nrt.vocabulary import Reason, Tier
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -33,7 +34,7 @@ def joined(worker_id: str) -> WorkerJoined:
 def lost_for_each_join(recorded: list[RecordedEvent]) -> Decisions:
     """A decider: a WorkerLost for each WorkerJoined it sees (and nothing for its own decisions)."""
     decided = [
-        WorkerLost(occurred_at=T0, worker_id=r.event.worker_id, reason="shutdown")
+        WorkerLost(occurred_at=T0, worker_id=r.event.worker_id, reason=Reason.SHUTDOWN)
         for r in recorded
         if isinstance(r.event, WorkerJoined)
     ]
@@ -93,18 +94,20 @@ async def test_a_decision_on_a_stream_that_moved_on_is_refused(log: EventLog) ->
                 occurred_at=T0,
                 model_id="m",
                 worker_id="w1",
-                from_tier="unloaded",
-                to_tier="resident",
-                reason="placement",
+                from_tier=Tier.UNLOADED,
+                to_tier=Tier.RESIDENT,
+                reason=Reason.PLACEMENT,
                 elapsed_ms=1.0,
                 bytes_held=1,
             ),
-            WorkerLost(occurred_at=T0, worker_id="w1", reason="heartbeat_timeout"),
+            WorkerLost(occurred_at=T0, worker_id="w1", reason=Reason.HEARTBEAT_TIMEOUT),
         ]
     )  # ...then w1's stream moved on
 
     def stale(recorded: list[RecordedEvent]) -> Decisions:
-        return Decisions([WorkerLost(occurred_at=T0, worker_id="w1", reason="shutdown")] if not recorded else [], seen)
+        return Decisions(
+            [WorkerLost(occurred_at=T0, worker_id="w1", reason=Reason.SHUTDOWN)] if not recorded else [], seen
+        )
 
     with pytest.raises(ConcurrencyError, match="worker:w1"):
         await store.append_decided([], stale)
