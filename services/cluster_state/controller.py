@@ -52,6 +52,7 @@ from nrt.policies.bookkeeping import control_timeout
 from nrt.protocol import ControlReply, WorkerHeartbeat
 from nrt.state import ClusterState
 from nrt.store import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
+from nrt.vocabulary import Tier
 
 log = logging.getLogger("nrt.cluster_state")
 
@@ -354,7 +355,29 @@ class Controller:
                 outcome.ok, outcome.error = False, reply
                 break
             outcome.replies.append(reply)
+            if self.decisions is not None and reply.changed and command.tier is not None:
+                await self._until_logged(command.worker_id, reply)
         return outcome
+
+    async def _until_logged(self, worker_id: str, reply: ControlReply) -> None:
+        """Wait (up to ``settle_s``) for the worker's event of the change it reported to be folded, so that what
+        the group does next — a decision written at once — follows it in the log, as it follows it in time."""
+
+        def shown(cluster: ClusterState) -> bool:
+            model = cluster.models.get(reply.model_id)
+            placement = model.placements.get(worker_id) if model is not None else None
+            return (placement.tier if placement is not None else Tier.UNLOADED) == reply.tier
+
+        try:
+            await self.wait_for(shown, within=self.state.tuning.settle_s)
+        except TimeoutError:
+            log.warning(
+                "%s on %s: the log did not show it %s within %.0fs",
+                reply.model_id,
+                worker_id,
+                reply.tier,
+                self.state.tuning.settle_s,
+            )
 
     async def _control(self, control: Control) -> ControlReply | RemoteError:
         command = control.command
