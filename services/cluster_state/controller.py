@@ -128,6 +128,7 @@ class Controller:
         self._tasks: set[asyncio.Task[Outcome]] = set()
         self._refusals: dict[tuple[str, str], str] = {}
         self._writing: _Writing | None = None
+        self._deciding = False  # inside the store's callback: decisions join the transaction in progress
         self._write_lock = asyncio.Lock()  # one transaction of decisions at a time
         self._writers: set[asyncio.Task[None]] = set()
 
@@ -225,11 +226,12 @@ class Controller:
         events = [event for group in decided.values() for event in group]
         if events:
             written = asyncio.get_running_loop().create_future()
-            if self._writing is not None:  # reacting inside a transaction: these join it
+            if self._writing is not None and self._deciding:  # reacting inside a transaction: these join it
                 self._writing.decided += events
                 self._writing.written.append(written)
             else:
-                writer = asyncio.create_task(self._write(events, written), name="cluster_state decisions")
+                write = self._write(events, written, seen=self.position)
+                writer = asyncio.create_task(write, name="cluster_state decisions")
                 self._writers.add(writer)
                 writer.add_done_callback(self._writers.discard)
         tasks = {}
@@ -249,7 +251,7 @@ class Controller:
                 await self.publisher.publish(event)
             return
         written = asyncio.get_running_loop().create_future()
-        await self._write(list(events), written)
+        await self._write(list(events), written, seen=self.position)
         await written
 
     # -- writing decisions -----------------------------------------------------------------------
@@ -269,10 +271,10 @@ class Controller:
         head = result.decided[-1].position if result.decided else result.causes.head
         return AppendResult(recorded=result.recorded, duplicates=result.causes.duplicates, head=head)
 
-    async def _write(self, events: list[Event], written: asyncio.Future[None]) -> None:
-        """Decisions made outside a transaction (a tick, a swap step, a request): a transaction of their own."""
+    async def _write(self, events: list[Event], written: asyncio.Future[None], seen: int) -> None:
+        """Decisions made outside a transaction (a tick, a swap step, a request) on the log as folded up to
+        ``seen``: a transaction of their own."""
         assert self.decisions is not None
-        seen = self.position
         async with self._write_lock:
             self._writing = _Writing(before=self.state, position=self.position, seen=seen, decided=events)
             self._writing.written.append(written)
@@ -291,12 +293,16 @@ class Controller:
         """The store's callback inside the transaction: fold what it recorded, react, hand back the decisions."""
         writing = self._writing
         assert writing is not None
-        for record in recorded:
-            now = utc_now()
-            self.state = absorb(self.state, record.event, now)
-            self.position = record.position
-            if self.acting:
-                self.react(record.event, now)
+        self._deciding = True  # what the policies decide now joins this transaction
+        try:
+            for record in recorded:
+                now = utc_now()
+                self.state = absorb(self.state, record.event, now)
+                self.position = record.position
+                if self.acting:
+                    self.react(record.event, now)
+        finally:
+            self._deciding = False
         if recorded:
             writing.seen = self.position
         events, writing.decided = writing.decided, []
