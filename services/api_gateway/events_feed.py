@@ -38,7 +38,8 @@ from api_gateway.openapi_docs import KEYED, errors
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
-from nrt.events import EventDecodeError, decode
+from nrt.bus.jetstream import message_version
+from nrt.events import EventDecodeError, decode, encode
 
 log = logging.getLogger("api_gateway")
 
@@ -116,11 +117,13 @@ async def event_frames(nc: Client, query: FeedQuery, closing: asyncio.Event) -> 
                 yield b": keepalive\n\n"
                 continue
             try:
-                event = decode(msg.data)
+                version = message_version(msg.headers)
+                event = decode(msg.data, version)
             except EventDecodeError as exc:
                 log.warning("events feed: skipping an undecodable message on %s: %s", msg.subject, exc)
                 continue
-            yield sse_frame(msg.metadata.sequence.stream, event.type, msg.data)
+            data = msg.data if version == event.VERSION else encode(event)  # an older version goes out upcast
+            yield sse_frame(msg.metadata.sequence.stream, event.type, data)
     finally:
         closed.cancel()
         if receiving is not None:
