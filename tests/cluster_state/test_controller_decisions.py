@@ -9,10 +9,13 @@ import pytest
 from cluster_helpers import applied, joined, manifest, view
 from faststream.nats import NatsBroker, TestNatsBroker
 
-from cluster_state.controller import Controller
+from cluster_state.controller import Controller, split_decisions
 from nrt.bus import broker as bus
 from nrt.events import Event, ModelPlaced
+from nrt.policies import Control, Emit
+from nrt.protocol import ControlCommand
 from nrt.store import Checkpoint, Decide, DecidedAppend, Decisions, InMemoryEventStore, RecordedEvent
+from nrt.vocabulary import Reason, Tier
 
 
 class NoPublisher:
@@ -97,3 +100,13 @@ async def test_a_decision_outside_a_batch_is_a_transaction_of_its_own_with_what_
     assert set(outbox[1:]) == {"ModelPlaced"}  # the placements it caused, in the same transaction
     assert c.position == await store.head()
     c.cancel()
+
+
+def test_only_the_emits_that_lead_their_group_are_decisions() -> None:
+    first, second, after = joined("w1"), joined("w2"), joined("w3")
+    load = Control(
+        "w1", ControlCommand(action="load", model_id="m", reason=Reason.PLACEMENT), tier=Tier.RESIDENT, group="g"
+    )
+    decided, rest = split_decisions([Emit(first, "g"), load, Emit(after, "g"), Emit(second)])
+    assert decided == {"g": [first], "#3": [second]}
+    assert rest == {"g": [load, Emit(after, "g")], "#3": []}  # an Emit after a worker command waits for its reply
