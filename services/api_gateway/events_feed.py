@@ -41,6 +41,7 @@ from api_gateway.openapi_docs import KEYED, errors
 from api_gateway.runtime import Runtime
 from nrt.bus import subjects
 from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
+from nrt.bus.jetstream import message_version
 from nrt.events import AnyEvent, EventDecodeError, RequestAdmitted, decode, encode
 
 log = logging.getLogger("api_gateway")
@@ -127,11 +128,13 @@ async def event_frames(nc: Client, query: FeedQuery, closing: asyncio.Event) -> 
                 yield b": keepalive\n\n"
                 continue
             try:
-                event = decode(msg.data)
+                version = message_version(msg.headers)
+                event = decode(msg.data, version)
             except EventDecodeError as exc:
                 log.warning("events feed: skipping an undecodable message on %s: %s", msg.subject, exc)
                 continue
-            yield sse_frame(msg.metadata.sequence.stream, event.type, shown(event, msg.data, admin=query.admin))
+            data = msg.data if version == event.VERSION else encode(event)  # an older version goes out upcast
+            yield sse_frame(msg.metadata.sequence.stream, event.type, shown(event, data, admin=query.admin))
     finally:
         closed.cancel()
         if receiving is not None:

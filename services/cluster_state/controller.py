@@ -4,6 +4,14 @@ Everything that changes ``ControlState`` runs synchronously on the event loop (a
 recorded event, a heartbeat, a tick, a worker's reply), so the policies always see one
 consistent view and deduplicate against every command already sent. Commands run in
 background tasks: those sharing a group in order, stopping at the first failure.
+
+Decisions are written once (with ``decisions``, a ``DecisionLog``): the events the policies
+decide (an ``Emit`` before any worker command of its group) are appended to the log in the
+transaction that records their cause (``record``: the recorder's batch and its checkpoint) or,
+for a tick, a sweep, a swap step or a request, in a transaction of their own; they are folded
+from that append, and the policies react to them in the same transaction. The outbox relay
+publishes them afterwards, so none takes the round trip through the stream before it counts.
+A group's worker commands start only once its decisions are committed.
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ from nrt.policies import (
 from nrt.policies.bookkeeping import control_timeout
 from nrt.protocol import ControlReply, WorkerHeartbeat
 from nrt.state import ClusterState
-from nrt.store import RecordedEvent
+from nrt.store import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
+from nrt.vocabulary import Tier
 
 log = logging.getLogger("nrt.cluster_state")
 
@@ -65,15 +74,52 @@ class Outcome:
     refused: Refuse | None = None
 
 
+@dataclass
+class _Writing:
+    """One transaction of decisions in progress: how to undo the fold, and who waits for the commit."""
+
+    before: ControlState
+    position: int
+    seen: int  # the log position the pending decisions were decided at
+    decided: list[Event] = field(default_factory=list)  # decided, not yet handed to the store
+    written: list[asyncio.Future[None]] = field(default_factory=list)  # resolved when the transaction ends
+
+
+def split_decisions(commands: Sequence[Command]) -> tuple[dict[str, list[Event]], dict[str, list[Command]]]:
+    """Group ``commands`` (one group per ``group``, or per command without one); in each group the
+    ``Emit`` commands before its first other command are decisions, written with the transaction;
+    the rest run in the group's task once they are committed."""
+    groups: dict[str, list[Command]] = {}
+    for i, command in enumerate(commands):
+        groups.setdefault(command.group or f"#{i}", []).append(command)
+    decided: dict[str, list[Event]] = {}
+    rest: dict[str, list[Command]] = {}
+    for group, members in groups.items():
+        lead = 0
+        while lead < len(members) and isinstance(members[lead], Emit):
+            lead += 1
+        decided[group] = [m.event for m in members[:lead] if isinstance(m, Emit)]
+        rest[group] = members[lead:]
+    return decided, rest
+
+
 def parse_in_force(text: str, version: int) -> Manifest:
     """The manifest text from the log, parsed, with footprints the catalogue knows filled in."""
     return with_footprints(parse_manifest(text, f"manifest v{version}", footprint_of), footprint_of)
 
 
 class Controller:
-    def __init__(self, broker: NatsBroker, publisher: EventPublisher, state: ControlState) -> None:
+    def __init__(
+        self,
+        broker: NatsBroker,
+        publisher: EventPublisher,
+        state: ControlState,
+        decisions: DecisionLog | None = None,  # None: decisions are published and folded once recorded
+    ) -> None:
         self.broker = broker
         self.publisher = publisher
+        self.decisions = decisions
+        self.on_decided: Callable[[], None] = lambda: None  # decisions were committed (the relay publishes them)
         self.state = state
         self.position = 0  # the log position of the last folded event
         self.acting = False  # policies run on new events only once the backlog is folded
@@ -82,6 +128,10 @@ class Controller:
         self._waiters: list[tuple[Callable[[ClusterState], bool], asyncio.Future[ClusterState]]] = []
         self._tasks: set[asyncio.Task[Outcome]] = set()
         self._refusals: dict[tuple[str, str], str] = {}
+        self._writing: _Writing | None = None
+        self._deciding = False  # inside the store's callback: decisions join the transaction in progress
+        self._write_lock = asyncio.Lock()  # one transaction of decisions at a time
+        self._writers: set[asyncio.Task[None]] = set()
 
     # -- the view ----------------------------------------------------------------------------
 
@@ -172,23 +222,137 @@ class Controller:
     # -- running commands ----------------------------------------------------------------------
 
     def execute(self, commands: Sequence[Command], now: datetime | None = None) -> dict[str, asyncio.Task[Outcome]]:
-        """Record ``commands`` as pending and start them; one task per group."""
+        """Record ``commands`` as pending and start them; one task per group (see ``split_decisions``)."""
         if not commands:
             return {}
         self.state = note_sent(self.state, commands, now or utc_now())
-        groups: dict[str, list[Command]] = {}
-        for i, command in enumerate(commands):
-            groups.setdefault(command.group or f"#{i}", []).append(command)
+        if self.decisions is None:
+            decided: dict[str, list[Event]] = {}
+            groups: dict[str, list[Command]] = {}
+            for i, command in enumerate(commands):
+                groups.setdefault(command.group or f"#{i}", []).append(command)
+        else:
+            decided, groups = split_decisions(commands)
+        written: asyncio.Future[None] | None = None
+        events = [event for group in decided.values() for event in group]
+        if events:
+            written = asyncio.get_running_loop().create_future()
+            if self._writing is not None and self._deciding:  # reacting inside a transaction: these join it
+                self._writing.decided += events
+                self._writing.written.append(written)
+            else:
+                write = self._write(events, written, seen=self.position)
+                writer = asyncio.create_task(write, name="cluster_state decisions")
+                self._writers.add(writer)
+                writer.add_done_callback(self._writers.discard)
         tasks = {}
         for group, members in groups.items():
-            task = asyncio.create_task(self._run_group(group, members), name=f"cluster_state {group}")
+            run = self._run_group(group, members, written, decided.get(group, []))
+            task = asyncio.create_task(run, name=f"cluster_state {group}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             tasks[group] = task
         return tasks
 
-    async def _run_group(self, group: str, commands: list[Command]) -> Outcome:
+    async def decide(self, events: Sequence[Event]) -> None:
+        """Record ``events`` as this service's decisions now (a key, the bootstrap manifest) and fold them;
+        without a decision log, publish them and wait for nothing."""
+        if self.decisions is None:
+            for event in events:
+                await self.publisher.publish(event)
+            return
+        written = asyncio.get_running_loop().create_future()
+        await self._write(list(events), written, seen=self.position)
+        await written
+
+    # -- writing decisions -----------------------------------------------------------------------
+
+    async def record(self, causes: Sequence[Event], checkpoint: Checkpoint | None = None) -> AppendResult:
+        """Append ``causes`` (the recorder's batch) with every decision they lead to and ``checkpoint``, in one
+        transaction; folded and acted on once committed. Everything newly recorded comes back."""
+        assert self.decisions is not None, "record() needs a decision log"
+        async with self._write_lock:
+            self._writing = _Writing(before=self.state, position=self.position, seen=self.position)
+            try:
+                result = await self.decisions.append_decided(causes, self._decide, checkpoint)
+            except BaseException as exc:
+                self._abandon(exc)
+                raise
+            self._committed(bool(result.decided))
+        head = result.decided[-1].position if result.decided else result.causes.head
+        return AppendResult(recorded=result.recorded, duplicates=result.causes.duplicates, head=head)
+
+    async def _write(self, events: list[Event], written: asyncio.Future[None], seen: int) -> None:
+        """Decisions made outside a transaction (a tick, a swap step, a request) on the log as folded up to
+        ``seen``: a transaction of their own."""
+        assert self.decisions is not None
+        async with self._write_lock:
+            self._writing = _Writing(before=self.state, position=self.position, seen=seen, decided=events)
+            self._writing.written.append(written)
+            try:
+                result = await self.decisions.append_decided([], self._decide)
+            except Exception as exc:
+                log.warning("%d decision(s) not recorded: %s", len(events), exc)
+                self._abandon(exc)
+                return
+            except BaseException as exc:
+                self._abandon(exc)
+                raise
+            self._committed(bool(result.decided))
+
+    def _decide(self, recorded: list[RecordedEvent]) -> Decisions:
+        """The store's callback inside the transaction: fold what it recorded, react, hand back the decisions."""
+        writing = self._writing
+        assert writing is not None
+        self._deciding = True  # what the policies decide now joins this transaction
+        try:
+            for record in recorded:
+                now = utc_now()
+                self.state = absorb(self.state, record.event, now)
+                self.position = record.position
+                if self.acting:
+                    self.react(record.event, now)
+        finally:
+            self._deciding = False
+        if recorded:
+            writing.seen = self.position
+        events, writing.decided = writing.decided, []
+        return Decisions(events, writing.seen)
+
+    def _committed(self, decided: bool) -> None:
+        writing, self._writing = self._writing, None
+        assert writing is not None
+        for future in writing.written:
+            if not future.done():
+                future.set_result(None)
+        if decided:
+            self.on_decided()
+        self._notify()
+
+    def _abandon(self, exc: BaseException) -> None:
+        """The transaction failed: nothing it folded is in the log; undo the fold, fail who waited for it."""
+        writing, self._writing = self._writing, None
+        assert writing is not None
+        self.state, self.position = writing.before, writing.position
+        for future in writing.written:
+            if future.done():
+                continue
+            if isinstance(exc, Exception):
+                future.set_exception(exc)
+            else:
+                future.cancel()
+
+    async def _run_group(
+        self, group: str, commands: list[Command], written: asyncio.Future[None] | None, decided: list[Event]
+    ) -> Outcome:
         outcome = Outcome(group=group)
+        if written is not None:
+            try:
+                await asyncio.shield(written)
+            except Exception as exc:
+                outcome.ok, outcome.error = False, RemoteError("decision_not_recorded", str(exc), 503)
+                return outcome
+            outcome.published += decided
         for command in commands:
             if isinstance(command, Refuse):
                 self._log_refusal(command)
@@ -208,7 +372,29 @@ class Controller:
                 outcome.ok, outcome.error = False, reply
                 break
             outcome.replies.append(reply)
+            if self.decisions is not None and reply.changed and command.tier is not None:
+                await self._until_logged(command.worker_id, reply)
         return outcome
+
+    async def _until_logged(self, worker_id: str, reply: ControlReply) -> None:
+        """Wait (up to ``settle_s``) for the worker's event of the change it reported to be folded, so that what
+        the group does next — a decision written at once — follows it in the log, as it follows it in time."""
+
+        def shown(cluster: ClusterState) -> bool:
+            model = cluster.models.get(reply.model_id)
+            placement = model.placements.get(worker_id) if model is not None else None
+            return (placement.tier if placement is not None else Tier.UNLOADED) == reply.tier
+
+        try:
+            await self.wait_for(shown, within=self.state.tuning.settle_s)
+        except TimeoutError:
+            log.warning(
+                "%s on %s: the log did not show it %s within %.0fs",
+                reply.model_id,
+                worker_id,
+                reply.tier,
+                self.state.tuning.settle_s,
+            )
 
     async def _control(self, control: Control) -> ControlReply | RemoteError:
         command = control.command
@@ -245,5 +431,5 @@ class Controller:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def cancel(self) -> None:
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._writers]:
             task.cancel()

@@ -48,7 +48,7 @@ async def create_key(controller: Controller, request: CreateKey) -> ApiKey:
         tokens_per_min=request.tokens_per_min,
         created_by=request.created_by,
     )
-    await controller.publisher.publish(event)
+    await controller.decide([event])
     state = await controller.wait_for(_holds(key_id), within=FOLD_WITHIN)
     log.info("API key %s (%s, %s) created", key_id, name, request.scope)
     return state.api_keys[key_id]
@@ -65,7 +65,7 @@ async def revoke_key(controller: Controller, request: RevokeKey) -> ApiKey:
         raise RemoteError(
             "last_admin_key", f"{request.key_id} is the last live admin key: create another admin key first", 409
         )
-    await controller.publisher.publish(ApiKeyRevoked(key_id=key.key_id, revoked_by=request.revoked_by))
+    await controller.decide([ApiKeyRevoked(key_id=key.key_id, revoked_by=request.revoked_by)])
     state = await controller.wait_for(lambda s: not s.api_keys[key.key_id].live, within=FOLD_WITHIN)
     log.info("API key %s (%s) revoked", key.key_id, key.name)
     return state.api_keys[key.key_id]
@@ -84,6 +84,6 @@ async def bootstrap_keys(controller: Controller, given: dict[KeyScope, str]) -> 
             if not known.live:
                 log.warning("the %s key given at start (%s) was revoked: it is refused", scope, event.key_id)
             continue
-        await controller.publisher.publish(event)
+        await controller.decide([event])
         await controller.wait_for(_holds(event.key_id), within=FOLD_WITHIN)
         log.info("recorded the %s key given at start as %s", scope, event.key_id)

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -41,10 +41,10 @@ from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
 from nrt.bus.contract import may_carry
-from nrt.bus.jetstream import ensure_events_stream
+from nrt.bus.jetstream import ensure_events_stream, message_version
 from nrt.events import Event, EventDecodeError, decode
 from nrt.metrics import StateMetrics
-from nrt.store import Checkpoint, EventLog, RecordedEvent
+from nrt.store import AppendResult, Checkpoint, EventLog, RecordedEvent
 
 log = logging.getLogger("nrt.cluster_state.recorder")
 
@@ -52,6 +52,7 @@ CONSUMER = "cluster_state"
 ACK_WAIT_S = 60.0
 
 OnRecorded = Callable[[list[RecordedEvent]], None]
+Append = Callable[[list[Event], Checkpoint], Awaitable[AppendResult]]  # the batch and its checkpoint, at once
 
 
 class Recorder:
@@ -66,12 +67,14 @@ class Recorder:
         poll_s: float = 0.1,
         linger_s: float = 0.05,
         metrics: StateMetrics | None = None,
+        append: Append | None = None,  # default: the store's append (cluster_state: the controller's record)
     ) -> None:
         self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.store = store
         self.on_recorded = on_recorded
+        self.append: Append = append or (lambda events, checkpoint: store.append(events, checkpoint=checkpoint))
         self.consumer = consumer
         self.batch = batch
         self.poll_s = poll_s
@@ -172,7 +175,7 @@ class Recorder:
         events: list[Event] = []
         for msg in messages:
             try:
-                event = decode(msg.data)
+                event = decode(msg.data, message_version(msg.headers))  # an older version is upcast
             except EventDecodeError as exc:
                 log.error("not recording the message at stream sequence %d: %s", msg.metadata.sequence.stream, exc)
                 continue
@@ -191,7 +194,7 @@ class Recorder:
             events.append(event)
         last = messages[-1].metadata.sequence.stream
         started = time.perf_counter()
-        result = await self.store.append(events, checkpoint=Checkpoint(consumer=self.consumer, sequence=last))
+        result = await self.append(events, Checkpoint(consumer=self.consumer, sequence=last))
         self.metrics.append.observe(time.perf_counter() - started)
         self.metrics.recorded.inc(len(result.recorded))
         self.sequence = last

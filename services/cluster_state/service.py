@@ -35,6 +35,7 @@ from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.keys import bootstrap_keys, create_key, revoke_key
 from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
+from cluster_state.relay import OutboxRelay
 from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper
 from cluster_state.whatif import dry_run
@@ -98,10 +99,12 @@ class ClusterStateService:
         self.store = EventStore.connect(database_url)
         self.publisher = EventPublisher(nc, service="cluster_state")
         self.controller = Controller(
-            broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning())
+            broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning()), decisions=self.store
         )
+        self.relay = OutboxRelay(nc, self.store)
+        self.controller.on_decided = self.relay.notify
         self.swapper = Swapper(self.controller)
-        self.recorder = Recorder(nc, self.store, self._on_recorded, metrics=self.metrics)
+        self.recorder = Recorder(nc, self.store, self._on_recorded, metrics=self.metrics, append=self.controller.record)
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
         )
@@ -118,6 +121,8 @@ class ClusterStateService:
         await self._rebuild()
         await self.recorder.start()
         self._tasks.append(asyncio.create_task(self.recorder.run(self.stopping), name="cluster_state recorder"))
+        # decisions a stopped predecessor recorded but did not publish go out first
+        self._tasks.append(asyncio.create_task(self.relay.run(self.stopping), name="cluster_state outbox relay"))
         await self.recorder.caught_up.wait()
         await self._reseed()
         await bootstrap_keys(self.controller, self.keys)
@@ -193,7 +198,7 @@ class ClusterStateService:
             await asyncio.sleep(1.0)
 
     def _on_recorded(self, recorded: list[RecordedEvent]) -> None:
-        self.controller.on_recorded(recorded)
+        """Newly recorded events (the controller folded them as they were appended)."""
         for record in recorded:
             if isinstance(record.event, DrainCompleted):
                 self.metrics.drain.labels(record.event.outcome.value).observe(record.event.waited_ms / 1e3)
@@ -253,7 +258,7 @@ class ClusterStateService:
             digest=manifest.digest,
             text=manifest.text,
         )
-        await self.publisher.publish(event)
+        await self.controller.decide([event])
         await self.controller.wait_for(lambda s: s.manifest_version >= 1, within=30)
         log.info("bootstrapped manifest v1 (%s) from %s", manifest.cluster, self.manifest_file)
 

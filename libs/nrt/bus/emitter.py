@@ -25,9 +25,8 @@ from nats.aio.client import Client
 from nats.js.api import PubAck
 
 from nrt.bus.contract import Service
-from nrt.bus.jetstream import event_subject
+from nrt.bus.jetstream import event_headers, event_subject
 from nrt.bus.outbox import Outbox
-from nrt.bus.tracing import inject
 from nrt.events import Event, encode
 
 log = logging.getLogger("nrt.bus.emitter")
@@ -72,7 +71,7 @@ class EventEmitter:
     def emit(self, event: Event) -> None:
         """Queue ``event`` for publishing, with the current trace context; never blocks (with an
         outbox, the event is written there first)."""
-        headers = inject({"Nats-Msg-Id": event.event_id})
+        headers = event_headers(event)
         data = encode(event)
         if self.outbox is not None:
             try:

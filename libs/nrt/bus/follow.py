@@ -21,6 +21,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from nrt.bus import subjects
 from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
+from nrt.bus.jetstream import message_version
 from nrt.events import AnyEvent, Event, decode
 from nrt.manifest import Manifest, ManifestError, parse_manifest
 from nrt.state import ClusterState, evolve
@@ -31,8 +32,9 @@ Listener = Callable[[AnyEvent, ClusterState], None]
 
 
 async def decode_event(message: StreamMessage[Any], original: Any) -> AnyEvent:
-    """An event's bytes through the events' codec (EventDecodeError names what is wrong)."""
-    return decode(message.body)
+    """An event's bytes through the events' codec, upcast from the version its header names
+    (EventDecodeError names what is wrong)."""
+    return decode(message.body, message_version(message.headers))
 
 
 class EventFollower:

@@ -30,10 +30,13 @@ from nrt.events.schema import (
     new_event_id,
     utc_now,
 )
+from nrt.events.upcasters import UPCASTERS, VERSION_HEADER, UpcastError, upcast
 
 __all__ = [
     "CONTROL_PLANE",
     "EVENT_TYPES",
+    "UPCASTERS",
+    "VERSION_HEADER",
     "AnyEvent",
     "ApiKeyCreated",
     "ApiKeyRevoked",
@@ -55,6 +58,7 @@ __all__ = [
     "SessionOpened",
     "SessionTouched",
     "TierChanged",
+    "UpcastError",
     "WorkerJoined",
     "WorkerLost",
     "decode",
@@ -63,5 +67,6 @@ __all__ = [
     "event_class",
     "new_event_id",
     "schema_version",
+    "upcast",
     "utc_now",
 ]

@@ -5,12 +5,16 @@ The same bytes go on the wire (NATS), into the event store and into the hash cha
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from nrt.events.schema import EVENT_TYPES, AnyEvent, Event
+from nrt.events.upcasters import UpcastError, upcast
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+_object_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
 _BY_TYPE: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}
 
 
@@ -23,14 +27,41 @@ def encode(event: Event) -> bytes:
     return _encoder.encode(event)
 
 
-def decode(data: bytes | str) -> AnyEvent:
-    """The event in canonical JSON ``data``; raises EventDecodeError naming the problem."""
+def decode(data: bytes | str, version: int | None = None) -> AnyEvent:
+    """The event in canonical JSON ``data``; raises EventDecodeError naming the problem.
+
+    ``version`` is the schema version that wrote ``data`` (a row's ``schema_version``, a message's
+    version header); a body older than its type's ``VERSION`` goes through the upcasters first
+    (``nrt.events.upcasters``). None: written at the current version.
+    """
+    if version is not None:
+        return _decode_versioned(data, version)
     try:
         return _decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise EventDecodeError(f"not a valid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise EventDecodeError(f"not valid JSON: {exc}") from exc
+
+
+def _decode_versioned(data: bytes | str, version: int) -> AnyEvent:
+    try:
+        body = _object_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise EventDecodeError(f"not valid JSON: {exc}") from exc
+    type_name = body.get("type")
+    if not isinstance(type_name, str):
+        raise EventDecodeError("not a valid event: it has no type")
+    current = schema_version(type_name)
+    if version != current:
+        try:
+            body = upcast(type_name, version, current, body)
+        except UpcastError as exc:
+            raise EventDecodeError(str(exc)) from exc
+    try:
+        return _decoder.decode(msgspec.json.encode(body))  # the one decoder, so old rows read as new ones do
+    except msgspec.ValidationError as exc:
+        raise EventDecodeError(f"not a valid event: {exc}") from exc
 
 
 def event_class(type_name: str) -> type[Event]:

@@ -3,7 +3,7 @@
 Each event class has a ``type`` tag (its class name, the one name used for the event
 everywhere: the JSON tag, the NATS subject suffix and the ``type`` column) and a
 ``VERSION``; a change to an event's fields gets a new version and an upcaster in
-``codec``. ``stream_id`` names the stream the event belongs to: the entity it is about.
+``nrt.events.upcasters`` (rows and messages carry the version that wrote them). ``stream_id`` names the stream the event belongs to: the entity it is about.
 """
 
 from __future__ import annotations

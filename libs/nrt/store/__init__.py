@@ -1,5 +1,6 @@
 """The event store: the ``EventLog`` interface, PostgreSQL's ``EventStore`` and ``InMemoryEventStore``."""
 
+from nrt.store.decisions import Decide, DecidedAppend, DecisionLog, Decisions, OutboxEntry
 from nrt.store.event_store import EventStore
 from nrt.store.interface import EventLog
 from nrt.store.memory import InMemoryEventStore
@@ -21,9 +22,14 @@ __all__ = [
     "ChainRow",
     "Checkpoint",
     "ConcurrencyError",
+    "Decide",
+    "DecidedAppend",
+    "DecisionLog",
+    "Decisions",
     "EventLog",
     "EventStore",
     "InMemoryEventStore",
+    "OutboxEntry",
     "RecordedEvent",
     "ReplayedEvent",
     "Snapshot",

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from nrt.events import Event, decode, schema_version
 from nrt.infra.pgurl import to_sqlalchemy
+from nrt.store.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
 from nrt.store.hashchain import GENESIS, ChainVerifier, link
-from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
@@ -35,7 +35,7 @@ from nrt.store.tables import APPEND_COLUMNS
 
 APPEND_LOCK_KEY = 0x6E7274  # "nrt": one appender at a time holds it for its transaction
 _COPY_SQL = f"COPY events ({', '.join(APPEND_COLUMNS)}) FROM STDIN"
-_READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text"
+_READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text, schema_version"
 
 
 _CHECKPOINT_SQL = sa.text(
@@ -68,7 +68,7 @@ def _expected_for(expected_versions: Mapping[str, int] | None) -> Mapping[str, i
     return expected_versions if expected_versions is not None else {}
 
 
-class EventStore(EventLog):
+class EventStore(DecisionLog):
     """Append to and read from the event log. One instance per process; it owns an engine."""
 
     def __init__(self, engine: AsyncEngine, version_cache_size: int = 100_000) -> None:
@@ -160,24 +160,31 @@ class EventStore(EventLog):
     ) -> AppendResult:
         async with self.engine.begin() as conn:
             await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
-            fresh = await self._unseen(conn, events)
-            duplicates = len(events) - len(fresh)
-            streams = {e.stream_id for e in fresh} | set(_expected_for(expected_versions))
-            versions = await self._stream_versions(conn, streams)
-            for stream_id, expected in _expected_for(expected_versions).items():
-                actual = versions.get(stream_id, 0)
-                if actual != expected and any(e.stream_id == stream_id for e in fresh):
-                    raise ConcurrencyError(stream_id, expected, actual)
-            head, prev_hash = await self._head(conn)
-            known = {stream_id: versions.get(stream_id, 0) for stream_id in streams}
+            result, versions, tail = await self._append_in(conn, events, expected_versions)
             await self._write_checkpoint(conn, checkpoint)
-            if not fresh:
-                self._remember([], known, (head, prev_hash))
-                return AppendResult(recorded=[], duplicates=duplicates, head=head)
-            data, recorded, tail = self._rows(fresh, versions, head, prev_hash)
-            await self._copy(conn, data)
-        self._remember(recorded, {**known, **versions}, tail)
-        return AppendResult(recorded=recorded, duplicates=duplicates, head=tail[0])
+        self._remember(result.recorded, versions, tail)
+        return result
+
+    async def _append_in(
+        self, conn: AsyncConnection, events: Sequence[Event], expected_versions: Mapping[str, int] | None
+    ) -> tuple[AppendResult, dict[str, int], tuple[int, bytes]]:
+        """The checked append inside a transaction holding the append lock: the result, the stream
+        versions it saw or wrote, and the new tail."""
+        fresh = await self._unseen(conn, events)
+        duplicates = len(events) - len(fresh)
+        streams = {e.stream_id for e in fresh} | set(_expected_for(expected_versions))
+        versions = await self._stream_versions(conn, streams)
+        for stream_id, expected in _expected_for(expected_versions).items():
+            actual = versions.get(stream_id, 0)
+            if actual != expected and any(e.stream_id == stream_id for e in fresh):
+                raise ConcurrencyError(stream_id, expected, actual)
+        head, prev_hash = await self._head(conn)
+        known = {stream_id: versions.get(stream_id, 0) for stream_id in streams}
+        if not fresh:
+            return AppendResult(recorded=[], duplicates=duplicates, head=head), known, (head, prev_hash)
+        data, recorded, tail = self._rows(fresh, versions, head, prev_hash)
+        await self._copy(conn, data)
+        return AppendResult(recorded=recorded, duplicates=duplicates, head=tail[0]), {**known, **versions}, tail
 
     @staticmethod
     async def _unseen(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
@@ -244,6 +251,71 @@ class EventStore(EventLog):
         async with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
             await copy.write(data)
 
+    # -- decisions and their outbox (nrt.store.decisions) -------------------------------
+
+    async def append_decided(
+        self, causes: Sequence[Event], decide: Decide, checkpoint: Checkpoint | None = None
+    ) -> DecidedAppend:
+        """Append ``causes``, the decisions derived from them and ``checkpoint`` in one transaction."""
+        decided: list[RecordedEvent] = []
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+                result, _, _ = await self._append_in(conn, causes, None)
+                recorded = result.recorded
+                for _ in range(MAX_ROUNDS):
+                    decision = decide(recorded)
+                    if not decision.events:
+                        break
+                    expected = await self._versions_at(conn, {e.stream_id for e in decision.events}, decision.seen)
+                    recorded = (await self._append_in(conn, decision.events, expected))[0].recorded
+                    if recorded:
+                        await conn.execute(
+                            sa.text("INSERT INTO decision_outbox (position) SELECT unnest(CAST(:p AS bigint[]))"),
+                            {"p": [r.position for r in recorded]},
+                        )
+                    decided += recorded
+                else:
+                    raise too_many_rounds()
+                await self._write_checkpoint(conn, checkpoint)
+        finally:
+            self._forget()  # the next append reads the tail and versions from the database
+        return DecidedAppend(causes=result, decided=decided)
+
+    @staticmethod
+    async def _versions_at(conn: AsyncConnection, streams: set[str], position: int) -> dict[str, int]:
+        """Each stream's version as of ``position`` (0: none yet): what a decider that folded that far saw."""
+        result = await conn.execute(
+            sa.text(
+                "SELECT s.stream_id, (SELECT coalesce(max(stream_version), 0) FROM events e "
+                "WHERE e.stream_id = s.stream_id AND e.position <= :at) "
+                "FROM unnest(CAST(:streams AS text[])) AS s(stream_id)"
+            ),
+            {"streams": sorted(streams), "at": position},
+        )
+        return {stream_id: int(version) for stream_id, version in result}
+
+    async def unpublished(self, limit: int = 500) -> list[OutboxEntry]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                sa.text(
+                    "SELECT o.position, e.event_id::text, e.type, e.schema_version, e.body::text "
+                    "FROM decision_outbox o JOIN events e USING (position) ORDER BY o.position LIMIT :n"
+                ),
+                {"n": limit},
+            )
+            return [
+                OutboxEntry(position=p, event_id=i, type=t, schema_version=v, body=b.encode())
+                for p, i, t, v, b in result
+            ]
+
+    async def mark_published(self, positions: Sequence[int]) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                sa.text("DELETE FROM decision_outbox WHERE position = ANY(CAST(:p AS bigint[]))"),
+                {"p": list(positions)},
+            )
+
     # -- reading -------------------------------------------------------------------------
 
     async def head(self) -> int:
@@ -296,15 +368,15 @@ class EventStore(EventLog):
                 while end is None or cursor <= end:
                     upper = cursor + page - 1 if end is None else min(cursor + page - 1, end)
                     result = await conn.exec_driver_sql(
-                        "SELECT position, body::text FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
+                        "SELECT position, body::text, schema_version FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
                         "ORDER BY position",
                         {"lo": cursor, "hi": upper},
                     )
-                    rows = cast(Sequence[tuple[int, str]], result.all())  # exec_driver_sql rows are untyped
+                    rows = cast(Sequence[tuple[int, str, int]], result.all())  # exec_driver_sql rows are untyped
                     if not rows:
                         return
-                    for position, body in rows:
-                        yield position, decode(body)
+                    for position, body, version in rows:
+                        yield position, decode(body, version)  # an older version goes through its upcasters
                     cursor = upper + 1
 
     async def query(
@@ -472,11 +544,11 @@ class EventStore(EventLog):
 
 
 def _recorded(row: Sequence[Any]) -> RecordedEvent:
-    position, stream_id, stream_version, recorded_at, body = row
+    position, stream_id, stream_version, recorded_at, body, version = row
     return RecordedEvent(
         position=position,
         stream_id=stream_id,
         stream_version=stream_version,
         recorded_at=recorded_at,
-        event=decode(body),
+        event=decode(body, version),
     )

@@ -15,9 +15,9 @@ from datetime import datetime
 
 import msgspec
 
-from nrt.events import Event, decode, utc_now
+from nrt.events import Event, decode, schema_version, utc_now
+from nrt.store.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
 from nrt.store.hashchain import GENESIS, ChainVerifier, link
-from nrt.store.interface import EventLog
 from nrt.store.records import (
     AppendResult,
     ChainReport,
@@ -38,6 +38,7 @@ class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
     stream_id: str
     stream_version: int
     type: str
+    schema_version: int  # the version that wrote ``body`` (older ones are upcast on reading)
     occurred_at: datetime
     recorded_at: datetime
     body: bytes  # the canonical encoding the hash covers
@@ -61,11 +62,11 @@ def _recorded(row: StoredRow) -> RecordedEvent:
         stream_id=row.stream_id,
         stream_version=row.stream_version,
         recorded_at=row.recorded_at,
-        event=decode(row.body),
+        event=decode(row.body, row.schema_version),
     )
 
 
-class InMemoryEventStore(EventLog):
+class InMemoryEventStore(DecisionLog):
     """The event log in a dict; ``clock`` stamps ``recorded_at`` (one value per append, like a transaction)."""
 
     def __init__(self, clock: Callable[[], datetime] = utc_now) -> None:
@@ -76,6 +77,7 @@ class InMemoryEventStore(EventLog):
         self._streams: dict[str, list[int]] = {}  # stream id -> positions, by version
         self._checkpoints: dict[str, int] = {}
         self._snapshots: dict[tuple[int, int], Snapshot] = {}  # (position, fold version) -> snapshot
+        self._outbox: list[int] = []  # positions of decided events not yet published
 
     async def close(self) -> None:
         """Nothing to release; the log stays readable."""
@@ -116,6 +118,7 @@ class InMemoryEventStore(EventLog):
                 stream_id=chained.stream_id,
                 stream_version=chained.stream_version,
                 type=event.type,
+                schema_version=schema_version(event.type),
                 occurred_at=event.occurred_at,
                 recorded_at=recorded_at,
                 body=chained.body,
@@ -135,6 +138,50 @@ class InMemoryEventStore(EventLog):
             )
         self._versions.update(versions)
         return AppendResult(recorded=recorded, duplicates=len(events) - len(fresh), head=self._tail()[0])
+
+    # -- decisions and their outbox (nrt.store.decisions) -------------------------------
+
+    async def append_decided(
+        self, causes: Sequence[Event], decide: Decide, checkpoint: Checkpoint | None = None
+    ) -> DecidedAppend:
+        """Like the PostgreSQL store: all or nothing (the log is put back if ``decide`` or an append fails)."""
+        saved = (dict(self._rows), dict(self._ids), dict(self._versions), self._streams, list(self._outbox))
+        self._streams = {stream_id: list(positions) for stream_id, positions in self._streams.items()}
+        try:
+            result = await self.append(causes)
+            recorded, decided = result.recorded, list[RecordedEvent]()
+            for _ in range(MAX_ROUNDS):
+                decision = decide(recorded)
+                if not decision.events:
+                    break
+                expected = {e.stream_id: self._version_at(e.stream_id, decision.seen) for e in decision.events}
+                recorded = (await self.append(decision.events, expected)).recorded
+                self._outbox += [r.position for r in recorded]
+                decided += recorded
+            else:
+                raise too_many_rounds()
+        except BaseException:
+            self._rows, self._ids, self._versions, self._streams, self._outbox = saved
+            raise
+        if checkpoint is not None:
+            self._checkpoints[checkpoint.consumer] = checkpoint.sequence
+        return DecidedAppend(causes=result, decided=decided)
+
+    def _version_at(self, stream_id: str, position: int) -> int:
+        return sum(1 for at in self._streams.get(stream_id, ()) if at <= position)
+
+    async def unpublished(self, limit: int = 500) -> list[OutboxEntry]:
+        rows = [self._rows[position] for position in self._outbox[:limit]]
+        return [
+            OutboxEntry(
+                position=r.position, event_id=r.event_id, type=r.type, schema_version=r.schema_version, body=r.body
+            )
+            for r in rows
+        ]
+
+    async def mark_published(self, positions: Sequence[int]) -> None:
+        done = set(positions)
+        self._outbox = [position for position in self._outbox if position not in done]
 
     def _tail(self) -> tuple[int, bytes]:
         last = next(reversed(self._rows.values()), None)
@@ -187,7 +234,7 @@ class InMemoryEventStore(EventLog):
         last = self._tail()[0] if end is None else min(end, self._tail()[0])
         rows = [row for position in range(start, last + 1) if (row := self._rows.get(position)) is not None]
         for row in rows:
-            yield row.position, decode(row.body)
+            yield row.position, decode(row.body, row.schema_version)
 
     async def query(
         self,

@@ -42,6 +42,12 @@ snapshots = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
+decision_outbox = sa.Table(
+    "decision_outbox",  # decided events not yet published (nrt.store.decisions)
+    metadata,
+    sa.Column("position", sa.BigInteger, sa.ForeignKey("events.position"), primary_key=True, autoincrement=False),
+)
+
 # Columns in the order the append path writes them (COPY).
 APPEND_COLUMNS = (
     "position",

@@ -1,0 +1,112 @@
+"""The controller writes its decisions with their cause and folds them from that append (in memory, no NATS)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+
+import pytest
+from cluster_helpers import applied, joined, manifest, view
+from faststream.nats import NatsBroker, TestNatsBroker
+
+from cluster_state.controller import Controller, split_decisions
+from nrt.bus import broker as bus
+from nrt.events import Event, ModelPlaced
+from nrt.policies import Control, Emit
+from nrt.protocol import ControlCommand
+from nrt.store import Checkpoint, Decide, DecidedAppend, Decisions, InMemoryEventStore, RecordedEvent
+from nrt.vocabulary import Reason, Tier
+
+
+class NoPublisher:
+    """Decisions must not take the stream: publishing one fails the test."""
+
+    async def publish(self, event: Event) -> int:
+        raise AssertionError(f"{event.type} was published instead of appended")
+
+
+class FailingStore(InMemoryEventStore):
+    """A store whose transaction fails once the decider has decided (the database went away): nothing is stored."""
+
+    fail = True
+
+    async def append_decided(
+        self, causes: Sequence[Event], decide: Decide, checkpoint: Checkpoint | None = None
+    ) -> DecidedAppend:
+        def then_fail(recorded: list[RecordedEvent]) -> Decisions:
+            decided = decide(recorded)
+            if self.fail and decided.events:
+                raise ConnectionError("the database went away before the commit")
+            return decided
+
+        return await super().append_decided(causes, then_fail, checkpoint)
+
+
+@pytest.fixture
+async def memory() -> AsyncIterator[NatsBroker]:
+    async with TestNatsBroker(bus.new_broker("nats://in-memory:4222", "cluster_state")) as broker:
+        yield broker
+
+
+def controller(broker: NatsBroker, store: InMemoryEventStore) -> Controller:
+    state = view([], now=datetime.now(UTC), heartbeats=["w1"])
+    c = Controller(broker, NoPublisher(), state, decisions=store)  # type: ignore[arg-type]
+    c.acting = True
+    return c
+
+
+async def test_placements_are_appended_with_the_worker_that_caused_them_and_folded_at_once(memory: NatsBroker) -> None:
+    store = InMemoryEventStore()
+    c = controller(memory, store)
+    result = await c.record([applied(manifest()), joined("w1")], Checkpoint(consumer="cluster_state", sequence=2))
+    placed = [r for r in result.recorded if isinstance(r.event, ModelPlaced)]
+    assert placed  # decided in reaction to WorkerJoined, in the same append
+    assert [r.event.type for r in result.recorded[:2]] == ["ManifestApplied", "WorkerJoined"]
+    assert c.position == result.head == await store.head()
+    assert all("w1" in c.cluster.models[r.event.model_id].placements for r in placed)  # counted at once
+    assert [o.event_id for o in await store.unpublished()] == [r.event.event_id for r in placed]
+    assert await store.checkpoint("cluster_state") == 2
+    c.cancel()
+
+
+async def test_a_lost_commit_undoes_the_fold_and_the_batch_is_decided_again(memory: NatsBroker) -> None:
+    store = FailingStore()
+    c = controller(memory, store)
+    causes = [applied(manifest()), joined("w1")]
+    with pytest.raises(ConnectionError):
+        await c.record(causes)
+    assert (c.position, c.cluster.manifest_version, c.cluster.workers) == (0, 0, {})  # the fold is undone
+    assert await store.head() == 0
+    store.fail = False
+    retried = await c.record(causes)  # the recorder's retry: the same batch, decided again
+    assert retried.duplicates == 0
+    assert any(isinstance(r.event, ModelPlaced) for r in retried.recorded)
+    assert c.position == await store.head()
+    assert "w1" in c.cluster.workers
+    c.cancel()
+
+
+async def test_a_decision_outside_a_batch_is_a_transaction_of_its_own_with_what_it_leads_to(
+    memory: NatsBroker,
+) -> None:
+    store = InMemoryEventStore()
+    c = controller(memory, store)
+    await c.record([applied(manifest())])
+    worker = joined("w1")
+    await c.decide([worker])  # e.g. a key, the bootstrap manifest: counted once decide() returns
+    assert "w1" in c.cluster.workers
+    outbox = [o.type for o in await store.unpublished()]
+    assert outbox[0] == "WorkerJoined"
+    assert set(outbox[1:]) == {"ModelPlaced"}  # the placements it caused, in the same transaction
+    assert c.position == await store.head()
+    c.cancel()
+
+
+def test_only_the_emits_that_lead_their_group_are_decisions() -> None:
+    first, second, after = joined("w1"), joined("w2"), joined("w3")
+    load = Control(
+        "w1", ControlCommand(action="load", model_id="m", reason=Reason.PLACEMENT), tier=Tier.RESIDENT, group="g"
+    )
+    decided, rest = split_decisions([Emit(first, "g"), load, Emit(after, "g"), Emit(second)])
+    assert decided == {"g": [first], "#3": [second]}
+    assert rest == {"g": [load, Emit(after, "g")], "#3": []}  # an Emit after a worker command waits for its reply
