@@ -36,9 +36,15 @@ def _key_id_v1(body: Body) -> Body:
     return {"key_id": None, **body}
 
 
+def _prompt_v2(body: Body) -> Body:
+    """Version 3 added ``prompt``: texts were not recorded before ``audit.record_prompts`` existed."""
+    return {"prompt": None, **body}
+
+
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("WorkerJoined", 1): _worker_joined_v1,
     ("RequestAdmitted", 1): _key_id_v1,
+    ("RequestAdmitted", 2): _prompt_v2,
     ("RequestCompleted", 1): _key_id_v1,
     ("RequestFailed", 1): _key_id_v1,
 }
