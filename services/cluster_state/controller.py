@@ -120,6 +120,9 @@ class Controller:
         self.publisher = publisher
         self.decisions = decisions
         self.on_decided: Callable[[], None] = lambda: None  # decisions were committed (the relay publishes them)
+        # decisions recorded in a transaction of their own, once committed (those that join the recorder's
+        # batch reach the recorder's callback with it)
+        self.on_decisions_recorded: Callable[[list[RecordedEvent]], None] = lambda _: None
         self.state = state
         self.position = 0  # the log position of the last folded event
         self.acting = False  # policies run on new events only once the backlog is folded
@@ -299,6 +302,7 @@ class Controller:
                 self._abandon(exc)
                 raise
             self._committed(bool(result.decided))
+        self.on_decisions_recorded(result.decided)
 
     def _decide(self, recorded: list[RecordedEvent]) -> Decisions:
         """The store's callback inside the transaction: fold what it recorded, react, hand back the decisions."""

@@ -103,6 +103,7 @@ class ClusterStateService:
         )
         self.relay = OutboxRelay(nc, self.store)
         self.controller.on_decided = self.relay.notify
+        self.controller.on_decisions_recorded = self._on_recorded
         self.swapper = Swapper(self.controller)
         self.recorder = Recorder(nc, self.store, self._on_recorded, metrics=self.metrics, append=self.controller.record)
         self.metrics.registry.register(
