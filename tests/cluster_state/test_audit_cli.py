@@ -10,13 +10,12 @@ from datetime import timedelta
 
 import msgspec
 import psycopg
-from click.testing import CliRunner
 
-from nrt.cli.main import cli
 from nrt.events import Event
 from nrt.infra.pgurl import to_libpq
 from nrt.state import ClusterState, fold
 from nrt.store import EventStore
+from nrt.testing.cli import nrt_cli as _nrt
 from nrt.testing.traffic import START, traffic
 
 
@@ -30,11 +29,6 @@ def _append(url: str, events: list[Event]) -> None:
             await store.close()
 
     asyncio.run(go())
-
-
-def _nrt(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_replay_folds_the_log_up_to_a_position_or_a_time(database_url: str) -> None:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import msgspec
 import psycopg
-from click.testing import CliRunner
 
 from nrt.cli.audit import Replay
-from nrt.cli.main import cli
 from nrt.events import Event
 from nrt.infra.pgurl import to_libpq
 from nrt.state import fold
 from nrt.state.snapshot import FOLD_VERSION, encode_state, save
 from nrt.store import EventStore
+from nrt.testing.cli import nrt_cli as _nrt
 from nrt.testing.traffic import traffic
 
 
@@ -31,11 +30,6 @@ def _log_with_snapshots(url: str, events: list[Event], at: list[int]) -> None:
             await store.close()
 
     asyncio.run(go())
-
-
-def _nrt(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_replay_starts_from_a_snapshot_and_folds_to_the_same_state(database_url: str) -> None:
