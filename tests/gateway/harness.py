@@ -194,7 +194,7 @@ async def start_stack(
     loads: dict[str, str] | None = None,
     settings: GatewaySettings | None = None,
     router_settings: RouterSettings | None = None,
-    edit: tuple[str, str] | None = None,
+    edit: tuple[str, str] | list[tuple[str, str]] | None = None,
     database_url: str | None = None,
     keys: Path | None = None,
 ) -> AsyncIterator[Stack]:
@@ -217,9 +217,9 @@ async def start_stack(
     nc = await connect(nats_url, name="nrt-test", credentials=as_identity("cluster_state"))
     await fresh_events_stream(nc)
     text = fixture_manifest(manifest_file)
-    if edit is not None:  # (old, new): a variant of the fixture manifest
-        assert edit[0] in text
-        text = text.replace(*edit)
+    for old, new in [edit] if isinstance(edit, tuple) else edit or []:  # (old, new): a variant of the fixture
+        assert old in text
+        text = text.replace(old, new)
     worker_broker = await start_broker(nats_url, "specialist_worker", credentials=as_identity("specialist_worker"))
     worker_nc = worker_broker.connection
     worker = Worker(worker_broker, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)

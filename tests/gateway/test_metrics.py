@@ -23,7 +23,11 @@ from prometheus_client.samples import Sample
 from nrt.metrics import MetricsServer, defined_families
 
 BILLING = "I was charged twice for my order"  # an intent example: routed with confidence 1.0
-BUDGETS = ("cluster: tiny-support\n", "cluster: tiny-support\nresources: {gpu_budget: 2GB, ram_budget: 4GB}\n")
+BUDGETS = [
+    ("cluster: tiny-support\n", "cluster: tiny-support\nresources: {gpu_budget: 2GB, ram_budget: 4GB}\n"),
+    # technical stays standby until asked for (co-activation would warm it with the router's first request)
+    ("      tier: standby\n      co_activation: router\n", "      tier: standby\n"),
+]
 
 # what each service's scrape must show with a value after the traffic below
 GATEWAY = {
