@@ -95,10 +95,8 @@ class SteppedDevice:
         return self.device.total_bytes - self.reading
 
 
-@pytest.mark.parametrize("kind", [DeviceKind.CPU, DeviceKind.CUDA])
-def test_a_resident_is_charged_its_sessions_bytes_on_the_device(nrt_home: Path, kind: DeviceKind) -> None:
-    """On a GPU a resident holds what its session took on the device; on a CPU its weights and that RAM."""
-    memory = SteppedDevice(kind, step=7 * MB)  # the build of a session reads it twice: 7 MB between
+def test_a_resident_on_the_cpu_is_charged_its_weights_and_the_ram_its_session_took(nrt_home: Path) -> None:
+    memory = SteppedDevice(DeviceKind.CPU, step=7 * MB)  # the build of a session reads it twice: 7 MB between
     host = ModelHost(ArtifactRegistry(CPU_ONLY), memory=memory)
     try:
         artifact = resolve("catalogue://tiny-llama")
@@ -107,8 +105,26 @@ def test_a_resident_is_charged_its_sessions_bytes_on_the_device(nrt_home: Path, 
         weights = host.registry.weights("m").nbytes
         assert (standby.to_tier, standby.bytes_held) == (Tier.STANDBY, weights)
         resident = host.promote("m")
-        assert resident.to_tier is Tier.RESIDENT
-        assert resident.bytes_held == (7 * MB if kind is DeviceKind.CUDA else weights + 7 * MB)
+        assert (resident.to_tier, resident.bytes_held) == (Tier.RESIDENT, weights + 7 * MB)
         assert host.demote("m").bytes_held == weights
+    finally:
+        host.close()
+
+
+def test_a_session_onnxruntime_kept_off_the_gpu_is_measured_in_ram(
+    nrt_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A GPU worker whose session ends up on the CPU provider charges the RAM it took, not GPU bytes."""
+    gpu = SteppedDevice(DeviceKind.CUDA, step=7 * MB)
+    host = ModelHost(ArtifactRegistry(CPU_ONLY), memory=gpu)
+    try:
+        artifact = resolve("catalogue://tiny-llama")
+        assert isinstance(artifact, LocalArtifact)
+        host.load("m", "catalogue://tiny-llama", artifact)
+        weights = host.registry.weights("m").nbytes
+        with caplog.at_level(logging.WARNING, logger="nrt.worker"):
+            resident = host.promote("m")
+        assert "m: ONNX Runtime built its session on CPUExecutionProvider, not the GPU" in caplog.text
+        assert resident.bytes_held == host.bytes_held("m") >= weights  # its weights and its session's RAM
     finally:
         host.close()
