@@ -36,6 +36,19 @@ from nrt.store import EventStore, upgrade
 from nrt.testing.stacks import link_tiny_models
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu`` tests run where a CUDA device is; elsewhere they are skipped, saying why."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    from specialist_worker.device_memory import cuda_unavailable
+
+    reason = cuda_unavailable()
+    if reason is not None:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with nats_server(tmp_path_factory.mktemp("nats")) as url:

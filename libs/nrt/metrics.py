@@ -287,7 +287,7 @@ def tier_figures(cluster: ClusterState, manifest: Manifest | None) -> list[Metri
             continue
         for tier in (Tier.RESIDENT, Tier.STANDBY):
             sums[(worker.worker_id, tier.value)] = 0
-        resident_cap = worker.accelerator_bytes if worker.accelerator_bytes > 0 else worker.ram_bytes
+        resident_cap = worker.accelerator_bytes if worker.accelerator else worker.ram_bytes
         capacity.add_metric([worker.worker_id, Tier.RESIDENT.value], resident_cap)
         capacity.add_metric([worker.worker_id, Tier.STANDBY.value], worker.ram_bytes)
     for model in cluster.models.values():

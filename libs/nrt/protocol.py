@@ -26,6 +26,7 @@ from typing import Literal
 
 import msgspec
 
+from nrt.device import Device
 from nrt.vocabulary import ApplyOutcome, KeyScope, Reason, Tier, WorkerRole
 from nrt.vocabulary import FinishReason as FinishReason  # the engine's and the wire's one type
 
@@ -266,6 +267,8 @@ class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
     providers: tuple[str, ...]
     models: tuple[HostedModel, ...] = ()
     sent_at: float = 0.0  # unix time
+    device: Device | None = None  # what it runs models on (None: a worker from before devices were reported)
+    device_free_bytes: int | None = None  # memory free on that device now: the GPU's, or the host's RAM
 
 
 # -- gateway -> cluster_state: drained manifest swaps -----------------------------------

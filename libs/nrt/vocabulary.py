@@ -67,6 +67,21 @@ class WorkerRole(StrEnum):
     SPECIALIST = "specialist"  # a specialist_worker: specialists and the fallback (and, before roles, everything)
 
 
+class DeviceKind(StrEnum):
+    """What a worker runs its models on (the ``kind`` of its :class:`nrt.device.Device`)."""
+
+    CPU = "cpu"  # the host's processors; resident models live in its RAM
+    CUDA = "cuda"  # an NVIDIA GPU through ONNX Runtime's CUDA execution provider
+
+
+class DeviceRequirement(StrEnum):
+    """Where a manifest model may run (its ``device`` key); placement honours it."""
+
+    GPU = "gpu"  # only on a worker with a GPU (accelerator memory)
+    CPU = "cpu"  # only on a worker without one
+    ANY = "any"  # wherever it fits (the default)
+
+
 class KeyScope(StrEnum):
     """What an API key may do: ``infer`` calls the ``/v1`` API; ``admin`` also changes the cluster
     (the manifest, the keys) and may infer."""

@@ -5,10 +5,15 @@ an artifact's bytes (standby) and one ONNX Runtime session (resident) between ev
 id that uses it. A runtime — a :class:`BatchingGenerator` for a causal LM or an
 :class:`Encoder` — is built per artifact once its session exists, and dropped with it.
 All methods are blocking (file reads, session builds): call them from a thread.
+
+What a resident holds is measured on the worker's device (:mod:`specialist_worker.device_memory`)
+around its session's build: on a GPU, the device memory the session took (its weights there and
+ONNX Runtime's arena); on a CPU host, the RAM it added, on top of the weights held for standby.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,11 +22,14 @@ from pathlib import Path
 from nrt.bus.errors import BadRequest, Unavailable
 from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.inference.artifact import read_record
+from nrt.inference.weights import CUDA
 from nrt.metrics import ModelLoad
-from nrt.vocabulary import Tier
-from specialist_worker.resources import resident_set_bytes
+from nrt.vocabulary import DeviceKind, Tier
+from specialist_worker.device_memory import DeviceMemory, HostMemory
 from specialist_worker.session_table import SessionTable
 from specialist_worker.sources import LocalArtifact, RemoteEndpoint
+
+log = logging.getLogger("nrt.worker")
 
 Runtime = BatchingGenerator | Encoder
 BatchObserver = Callable[[str], Callable[[int], None]]  # model id -> what its batcher tells each step's size
@@ -82,14 +90,22 @@ class Transition:
 
 class ModelHost:
     def __init__(
-        self, registry: ArtifactRegistry, max_batch_size: int = 16, batch_observer: BatchObserver | None = None
+        self,
+        registry: ArtifactRegistry,
+        max_batch_size: int = 16,
+        batch_observer: BatchObserver | None = None,
+        memory: DeviceMemory | None = None,
     ) -> None:
         self.registry = registry
+        self.memory: DeviceMemory = memory if memory is not None else HostMemory()  # where residents live
+        # a session ONNX Runtime could not put on the GPU runs from RAM: measured there
+        self._ram: DeviceMemory = self.memory if self.memory.device.kind is DeviceKind.CPU else HostMemory()
         self.max_batch_size = max_batch_size
         self.batch_observer = batch_observer
         self.hosted: dict[str, Hosted] = {}
         self._runtimes: dict[Path, Runtime] = {}
         self._session_bytes: dict[Path, int] = {}  # measured memory of each live session
+        self._on_device: set[Path] = set()  # the live sessions whose memory is on the GPU
         self._lock = threading.RLock()
 
     # -- queries ---------------------------------------------------------------------------
@@ -112,9 +128,11 @@ class ModelHost:
             return 0
         path = self._path(hosted)
         held = self.registry.weights(model_id).nbytes
-        if self.registry.tier(model_id) == "resident":
-            held += self._session_bytes.get(path, 0)
-        return held
+        if self.registry.tier(model_id) != Tier.RESIDENT:
+            return held
+        session = self._session_bytes.get(path, 0)
+        # on the GPU a resident is charged what it holds there (its RAM copy is not on the device)
+        return session if path in self._on_device else held + session
 
     def loads(self) -> list[ModelLoad]:
         """Each hosted model's tier, bytes, and its batcher's queue and rows (for the metrics, at a scrape)."""
@@ -182,11 +200,17 @@ class ModelHost:
             if hosted.remote:
                 return Transition(model_id, Tier.REMOTE, Tier.REMOTE, 0.0, 0)
             path = self._path(hosted)
-            before = resident_set_bytes()
+            before, before_ram = self.memory.used_bytes(), self._ram.used_bytes()
             change = self.registry.promote(model_id)
             if path not in self._runtimes:
                 self._runtimes[path] = self._build_runtime(path, model_id)
-                self._session_bytes[path] = max(0, resident_set_bytes() - before)
+                if self.memory.device.kind is DeviceKind.CUDA and change.provider == CUDA:
+                    self._session_bytes[path] = max(0, self.memory.used_bytes() - before)
+                    self._on_device.add(path)
+                else:
+                    if self.memory.device.kind is DeviceKind.CUDA:
+                        log.warning("%s: ONNX Runtime built its session on %s, not the GPU", model_id, change.provider)
+                    self._session_bytes[path] = max(0, self._ram.used_bytes() - before_ram)
             return self._transition(change)
 
     def demote(self, model_id: str) -> Transition:
@@ -236,6 +260,7 @@ class ModelHost:
         if path not in live and path in self._runtimes:
             runtime = self._runtimes.pop(path)
             self._session_bytes.pop(path, None)
+            self._on_device.discard(path)
             if isinstance(runtime, BatchingGenerator):
                 runtime.close()
 

@@ -32,7 +32,8 @@ def heartbeat(
     sent_at: float,
     role: WorkerRole = WorkerRole.SPECIALIST,
 ) -> WorkerHeartbeat:
-    """What this worker offers and holds: every hosted model with its tier, bytes, requests and sessions."""
+    """What this worker offers and holds: its device and the memory free on it, every hosted model with
+    its tier, bytes, requests and sessions."""
     return WorkerHeartbeat(
         worker_id=worker_id,
         role=role,
@@ -48,6 +49,7 @@ def heartbeat(
             for h in list(host.hosted.values())
         ),
         sent_at=sent_at,
+        device_free_bytes=host.memory.free_bytes(),
     )
 
 

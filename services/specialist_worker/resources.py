@@ -1,57 +1,38 @@
-"""What this host offers: CPUs, memory, accelerator memory, execution providers."""
+"""What this host offers: CPUs, memory, its device (a GPU's memory), execution providers."""
 
 from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 import msgspec
-import onnxruntime as ort
 
-from nrt.inference import select_providers
+from nrt.device import Device
+from nrt.inference.weights import CPU, CUDA
+from nrt.vocabulary import DeviceKind
+from specialist_worker.device_memory import DeviceMemory, detect_memory, total_ram_bytes
 
 
 class HostResources(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     cpu_count: int
-    ram_bytes: int
-    accelerator_bytes: int
-    providers: tuple[str, ...]
+    ram_bytes: int  # the memory offered for models (standby, and residents on a CPU host)
+    accelerator_bytes: int  # the GPU's memory; 0: no GPU
+    providers: tuple[str, ...]  # the execution providers its sessions are built with, best first
+    device: Device  # what it runs models on
 
 
-def _gpu_memory_bytes() -> int:
-    """Total memory of the first NVIDIA GPU, when onnxruntime-gpu can use one; else 0."""
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return 0
-    try:
-        import ctypes
-
-        cuda = ctypes.CDLL("libcudart.so")
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        if cuda.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0:
-            return int(total.value)
-    except OSError:
-        pass
-    return 0
-
-
-def detect(ram_limit: int | None = None) -> HostResources:
-    """This host; ``ram_limit`` (NRT_WORKER_RAM) caps what the worker offers for models."""
-    total_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def detect(ram_limit: int | None = None, memory: DeviceMemory | None = None) -> HostResources:
+    """This host; ``ram_limit`` (NRT_WORKER_RAM) caps what the worker offers for models; ``memory``
+    is its device's measurement (:func:`detect_memory` by default)."""
+    total_ram = total_ram_bytes()
+    device = (memory if memory is not None else detect_memory()).device
+    gpu = device.kind is DeviceKind.CUDA
     return HostResources(
         host=socket.gethostname(),
         cpu_count=os.cpu_count() or 1,
         ram_bytes=min(total_ram, ram_limit) if ram_limit else total_ram,
-        accelerator_bytes=_gpu_memory_bytes(),
-        providers=tuple(select_providers()),
+        accelerator_bytes=device.total_bytes if gpu else 0,
+        providers=(CUDA, CPU) if gpu else (CPU,),
+        device=device,
     )
-
-
-def resident_set_bytes() -> int:
-    """This process's resident memory, from /proc (0 where there is no /proc)."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-    return pages * os.sysconf("SC_PAGE_SIZE")

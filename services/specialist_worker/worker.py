@@ -53,6 +53,7 @@ from nrt.protocol import (
 )
 from nrt.vocabulary import Reason, WorkerRole
 from specialist_worker.control import Control
+from specialist_worker.device_memory import DeviceMemory, memory_of
 from specialist_worker.hosting import ModelHost
 from specialist_worker.presence import Presence
 from specialist_worker.remote.policy import RemotePolicy
@@ -84,15 +85,17 @@ class Worker:
         max_queue: int = 64,
         remote: RemotePolicy | None = None,
         registry: CollectorRegistry | None = None,
+        memory: DeviceMemory | None = None,
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
         self.worker_id = worker_id or f"{resources.host}-{uuid.uuid4().hex[:6]}"
         self.metrics = WorkerMetrics(self.worker_id, registry)  # registry: its service's (default: its own)
         self.host = ModelHost(
-            ArtifactRegistry(intra_op_threads=ort_threads, spin=ort_spin),
+            ArtifactRegistry(resources.providers, intra_op_threads=ort_threads, spin=ort_spin),
             max_batch_size=max_batch_size,
             batch_observer=self.metrics.batch_observer,
+            memory=memory if memory is not None else memory_of(resources.device),
         )
         self.metrics.watch(self.host.loads)
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room

@@ -23,10 +23,10 @@ async def test_a_follower_folds_a_version_1_message_through_its_upcaster(nc: Cli
     js = nc.jetstream()
     subject = subjects.event("cluster_state", "WorkerJoined")
     future = V1_JOINED.replace(b"w-old", b"w-future").replace(V1_ID.encode(), V1_ID[:-1].encode() + b"4")
-    await js.publish(subject, future, headers={VERSION_HEADER: "3"})  # written by a newer NRT: not read as v2
+    await js.publish(subject, future, headers={VERSION_HEADER: "4"})  # written by a newer NRT: not read as v3
     await js.publish(subject, V1_JOINED, headers={"Nats-Msg-Id": V1_ID, VERSION_HEADER: "1"})
     current = WorkerJoined(worker_id="w-new", host="new", cpu_count=2, ram_bytes=8, role=WorkerRole.ROUTER)
-    await EventPublisher(nc, service="cluster_state").publish(current)  # carries version 2
+    await EventPublisher(nc, service="cluster_state").publish(current)  # carries version 3
     follower = EventFollower(broker)
     await follower.start(types=[WorkerJoined])
     state = await follower.wait_for(lambda s: len(s.workers) == 2, within=5)

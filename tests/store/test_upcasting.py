@@ -16,13 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from nrt.cli.audit import replay, verify
+from nrt.device import Device
 from nrt.events import ManifestApplied, WorkerJoined, schema_version
 from nrt.events import upcasters as upcasting
 from nrt.infra.pgurl import to_libpq
 from nrt.state import fold
 from nrt.store import EventStore
 from nrt.store.hashchain import row_hash
-from nrt.vocabulary import WorkerRole
+from nrt.vocabulary import DeviceKind, WorkerRole
 
 V1_ID = "0d5c2a8e-6f3b-4c1e-9a7d-000000000001"
 V1_BODY = (
@@ -64,7 +65,7 @@ def upcasts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_a_v1_row_is_read_through_its_upcaster(
     event_store: EventStore, database_url: str, upcasts: list[str]
 ) -> None:
-    assert schema_version("WorkerJoined") == 2  # the changed type: version 2 added the role
+    assert schema_version("WorkerJoined") == 3  # the changed type: version 2 added the role, version 3 the device
     manifest = ManifestApplied(version=1, cluster="c", digest="d", text="t")
     await event_store.append([manifest])
     position = _store_v1_row(database_url)
@@ -81,6 +82,7 @@ async def test_a_v1_row_is_read_through_its_upcaster(
         cpu_count=4,
         ram_bytes=1024,
         role=WorkerRole.SPECIALIST,
+        device=Device(kind=DeviceKind.CPU, id="", name="", total_bytes=1024),  # no accelerator: its CPU and RAM
     )
     assert upcasts == [V1_ID]
     assert [r.event for r in await event_store.query(types=["WorkerJoined"])] == [stored.event, current]

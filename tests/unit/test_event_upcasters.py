@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from nrt.bus.jetstream import event_headers, message_version
+from nrt.device import Device
 from nrt.events import (
     EVENT_TYPES,
     UPCASTERS,
@@ -17,7 +19,7 @@ from nrt.events import (
     upcast,
 )
 from nrt.events.upcasters import missing_upcasters
-from nrt.vocabulary import WorkerRole
+from nrt.vocabulary import DeviceKind, WorkerRole
 
 V1_JOINED = (
     b'{"cpu_count":1,"event_id":"0d5c2a8e-6f3b-4c1e-9a7d-000000000002","host":"h",'
@@ -41,6 +43,29 @@ def test_a_v1_body_decodes_through_its_upcaster() -> None:
     assert decode(encode(router), version=2) == decode(encode(router)) == router
 
 
+def test_a_v2_worker_joined_gets_the_device_its_accelerator_bytes_imply() -> None:
+    def v2(**fields: object) -> bytes:
+        joined = WorkerJoined(worker_id="w", host="h", cpu_count=1, ram_bytes=8 << 30, role=WorkerRole.ROUTER)
+        body = {**msgspec.json.decode(encode(joined)), **fields}
+        del body["device"]  # a version 2 body has none
+        return msgspec.json.encode(body)
+
+    gpu = decode(v2(accelerator_bytes=80 << 30, providers=["CUDAExecutionProvider"]), version=2)
+    assert isinstance(gpu, WorkerJoined)
+    assert gpu.device == Device(kind=DeviceKind.CUDA, id="", name="", total_bytes=80 << 30)
+    assert gpu.role == WorkerRole.ROUTER  # the earlier fields are kept
+    cpu = decode(v2(), version=2)
+    assert isinstance(cpu, WorkerJoined)
+    assert cpu.device == Device(kind=DeviceKind.CPU, id="", name="", total_bytes=8 << 30)  # the RAM it offered
+    v1 = decode(V1_JOINED, version=1)
+    assert isinstance(v1, WorkerJoined)
+    assert v1.device == Device(kind=DeviceKind.CPU, id="", name="", total_bytes=8)
+    h100 = Device(kind=DeviceKind.CUDA, id="GPU-1", name="NVIDIA H100", total_bytes=80 << 30)
+    current = WorkerJoined(worker_id="w", host="h", cpu_count=1, ram_bytes=1, accelerator_bytes=80 << 30, device=h100)
+    assert WorkerJoined.VERSION == 3
+    assert decode(encode(current), version=2) == decode(encode(current)) == current  # a later body keeps its device
+
+
 def test_upcasting_applies_each_step_in_order() -> None:
     steps = {("Thing", 1): lambda b: {**b, "a": 1}, ("Thing", 2): lambda b: {"b": b.pop("a") + 1, **b}}
     assert upcast("Thing", 1, 3, {"x": 0}, steps) == {"b": 2, "x": 0}
@@ -48,8 +73,8 @@ def test_upcasting_applies_each_step_in_order() -> None:
 
 
 def test_unreadable_versions_are_named() -> None:
-    with pytest.raises(EventDecodeError, match="WorkerJoined version 3 is newer than this code reads"):
-        decode(V1_JOINED, version=3)
+    with pytest.raises(EventDecodeError, match="WorkerJoined version 4 is newer than this code reads"):
+        decode(V1_JOINED, version=4)
     with pytest.raises(EventDecodeError, match="no upcaster reads ApiKeyRevoked version 0"):
         decode(b'{"type":"ApiKeyRevoked","key_id":"k"}', version=0)
     with pytest.raises(EventDecodeError, match="it has no type"):

@@ -226,4 +226,4 @@ def test_a_version_1_worker_joined_row_decodes_as_a_specialist_worker() -> None:
     router_host = WorkerJoined(occurred_at=T0, worker_id="r1", host="h1", cpu_count=2, ram_bytes=8, role="router")
     assert b'"role":"router"' in encode(router_host)
     assert fold([router_host]).workers["r1"].role == "router"
-    assert schema_version("WorkerJoined") == 2  # version 2 added the role
+    assert schema_version("WorkerJoined") == 3  # version 2 added the role, version 3 the device

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from nrt.cli.main import cli
-from nrt.manifest import ManifestError, Priority, Tier, TurnTemplate, load_manifest, parse_manifest
+from nrt.manifest import DeviceRequirement, ManifestError, Priority, Tier, TurnTemplate, load_manifest, parse_manifest
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SPEC = FIXTURES / "spec-customer-support.yaml"
@@ -58,6 +58,7 @@ def test_spec_example_parses_unchanged() -> None:
     assert manifest.fallback.tier is Tier.REMOTE
     assert manifest.routing.dispatch_rule.by_intent
     assert manifest.text == SPEC.read_text()
+    assert {spec.device for spec in manifest.models} == {DeviceRequirement.ANY}  # no device asked: anywhere
 
 
 def test_dispatch_resolution_by_intent_and_fallback() -> None:
@@ -312,6 +313,22 @@ CASES = [
         "turn_template is unused: the template has no {turns} field to place the conversation",
         18,
         id="turn-template-unused",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        "      footprint: 400MB\n      device: tpu\n    - id: technical",
+        "models.specialists[0].device",
+        "unknown device 'tpu'; valid: 'gpu', 'cpu' or 'any'",
+        17,
+        id="device-unknown",
+    ),
+    pytest.param(
+        "routing:\n",
+        "fallback:\n  source: https://api.example.com/v1\n  tier: remote\n  device: gpu\nrouting:\n",
+        "fallback.device",
+        "a remote model runs at its endpoint; 'device' (gpu, cpu or any) is for models a worker runs; remove it",
+        24,
+        id="device-on-a-remote-model",
     ),
 ]
 

@@ -8,13 +8,16 @@ import logging
 import pytest
 from shell_fakes import LLAMA, Jobs, Shell
 
+from nrt.device import Device
 from nrt.events import Event, TierChanged, WorkerJoined, WorkerLost
 from nrt.protocol import HostedModel, WorkerHeartbeat
+from nrt.vocabulary import DeviceKind
 from specialist_worker.presence import Presence
 from specialist_worker.resources import HostResources
 
+CPU = Device(kind=DeviceKind.CPU, id="cpu", name="a test CPU", total_bytes=16 << 30)
 RESOURCES = HostResources(
-    host="h1", cpu_count=4, ram_bytes=8 << 30, accelerator_bytes=0, providers=("CPUExecutionProvider",)
+    host="h1", cpu_count=4, ram_bytes=8 << 30, accelerator_bytes=0, providers=("CPUExecutionProvider",), device=CPU
 )
 
 
@@ -60,8 +63,12 @@ async def test_joining_announces_the_worker_then_reports_what_it_holds(jobs: Job
         8 << 30,
         ("CPUExecutionProvider",),
     )
+    assert joined.device == CPU
     assert isinstance(beat, WorkerHeartbeat)
     assert (beat.worker_id, beat.host, beat.ram_bytes) == ("w-jobs", "h1", 8 << 30)
+    assert beat.device == CPU  # what it runs models on, and the memory free there now (the host's RAM)
+    assert beat.device_free_bytes is not None
+    assert 0 < beat.device_free_bytes <= jobs.host.memory.device.total_bytes
     assert beat.models == (
         HostedModel(model_id="m", tier="standby", bytes_held=jobs.host.bytes_held("m"), active_requests=0, sessions=1),
     )

@@ -16,6 +16,7 @@ from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
 from nrt.routing import examples_digest, intent_examples
+from nrt.vocabulary import DeviceKind
 from specialist_worker.resources import detect
 from specialist_worker.worker import Worker
 from worker_calls import control, events, generate
@@ -249,6 +250,31 @@ async def test_heartbeats_report_hosted_models(nc: Client, worker: Worker) -> No
     assert beat.ram_bytes > 0
     assert beat.providers
     assert [(m.model_id, m.tier) for m in beat.models] == [("m", "standby")]
+
+
+async def test_the_worker_reports_its_device_when_it_joins_and_in_each_heartbeat(nc: Client, worker: Worker) -> None:
+    beats: asyncio.Queue[WorkerHeartbeat] = asyncio.Queue()
+
+    async def on_beat(msg: object) -> None:
+        await beats.put(msgspec.json.decode(msg.data, type=WorkerHeartbeat))  # type: ignore[attr-defined]
+
+    await nc.subscribe(subjects.WORKER_HEARTBEAT, cb=on_beat)
+    await worker.heartbeat()
+    beat = await asyncio.wait_for(beats.get(), 5)
+    device = worker.host.memory.device  # what the worker measures its residents on
+    assert beat.device == device
+    assert device.kind in (DeviceKind.CPU, DeviceKind.CUDA)
+    assert device.name
+    assert device.total_bytes > 0
+    assert beat.device_free_bytes is not None
+    assert 0 < beat.device_free_bytes <= device.total_bytes
+    if device.kind is DeviceKind.CUDA:
+        assert beat.accelerator_bytes == device.total_bytes
+        assert beat.providers[0] == "CUDAExecutionProvider"
+    else:
+        assert (beat.accelerator_bytes, beat.providers) == (0, ("CPUExecutionProvider",))
+    joined = [e for e in await events(nc, 1) if isinstance(e, WorkerJoined)]
+    assert [(e.worker_id, e.device) for e in joined] == [("w-test", device)]  # recorded in the log when it joined
 
 
 async def test_sampling_over_nats_follows_temperature_top_p_and_seed(nc: Client, worker: Worker) -> None:

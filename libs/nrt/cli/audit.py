@@ -156,7 +156,9 @@ def render_replay(result: Replay, console: Console, max_sessions: int = 20) -> N
             "yes" if w.alive else "[red]lost[/red]",
             str(w.cpu_count),
             format_size(w.ram_bytes),
-            format_size(w.accelerator_bytes) if w.accelerator_bytes else "-",
+            f"{format_size(w.accelerator_bytes)} {w.device.name if w.device is not None else ''}".strip()
+            if w.accelerator_bytes
+            else "-",
             _ago(w.joined_at, now),
         )
     console.print(workers)

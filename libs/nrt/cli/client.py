@@ -18,7 +18,7 @@ import httpx
 from rich.live import Live
 
 from nrt.cli.settings import cli_settings
-from nrt.cli.status_view import status_view
+from nrt.cli.status_view import device_label, status_view
 from nrt.stack import endpoints
 from nrt.stack import keys as stack_keys
 from nrt.units import format_size
@@ -173,9 +173,10 @@ def status(
     workers = state.get("workers", {})
     for worker in workers.values():
         alive = "up" if worker.get("alive", True) else "lost"
+        device = device_label(worker.get("device"))
         click.echo(
             f"worker {worker['worker_id']:<24} {alive:<5} {worker.get('cpu_count')} cpus, "
-            f"{format_size(int(worker.get('ram_bytes', 0)))} ram"
+            f"{format_size(int(worker.get('ram_bytes', 0)))} ram" + (f", {device}" if device else "")
         )
     sessions = state.get("sessions", {})
     kv_by: dict[tuple[str, str], list[int]] = {}  # (model, worker) -> KV bytes of each session holding KV

@@ -50,7 +50,13 @@ def _header(state: dict[str, Any], source: str | None, now: datetime) -> Text:
 
 def _workers(state: dict[str, Any]) -> tuple[Table, dict[str, int]]:
     table = Table(title="workers and their models", title_justify="left", expand=True)
-    for name, justify in (("worker", "left"), ("role", "left"), ("state", "left"), ("model", "left")):
+    for name, justify in (
+        ("worker", "left"),
+        ("role", "left"),
+        ("device", "left"),
+        ("state", "left"),
+        ("model", "left"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("tier")
     table.add_column("held", justify="right")
@@ -69,12 +75,24 @@ def _workers(state: dict[str, Any]) -> tuple[Table, dict[str, int]]:
             table.add_row(
                 worker_id,
                 worker.get("role", ""),
+                device_label(worker.get("device")),
                 alive,
                 model_id,
                 Text(tier, style=TIER_STYLE.get(tier, "")),
                 format_size(int(placement.get("bytes_held", 0))),
             )
     return table, held
+
+
+def device_label(device: dict[str, Any] | None) -> str:
+    """What a worker runs its models on: ``cpu``, or ``cuda``, the GPU's name and memory ("" when not said)."""
+    if not device:
+        return ""
+    kind = str(device.get("kind", ""))
+    if kind != "cuda":
+        return kind
+    name = f" {device['name']}" if device.get("name") else ""
+    return f"cuda{name} ({format_size(int(device.get('total_bytes', 0)))})"
 
 
 def _budget_line(held: dict[str, int], manifest_text: str | None) -> Text:

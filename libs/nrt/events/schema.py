@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import msgspec
 
+from nrt.device import Device
 from nrt.vocabulary import DrainOutcome, FinishReason, KeyScope, Reason, Tier, WorkerRole
 
 # Derived event ids are name-based UUIDs in this namespace (the store's event_id column is a UUID).
@@ -97,16 +98,18 @@ class DrainCompleted(Event, frozen=True, kw_only=True):
 
 
 class WorkerJoined(Event, frozen=True, kw_only=True):
-    """A worker announced itself. Version 2 added ``role`` (version 1 rows decode as specialist workers)."""
+    """A worker announced itself. Version 2 added ``role`` (version 1 rows decode as specialist workers),
+    version 3 ``device`` (older rows decode with the device their ``accelerator_bytes`` implies)."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     worker_id: str
     host: str
     cpu_count: int
     ram_bytes: int
-    accelerator_bytes: int = 0
+    accelerator_bytes: int = 0  # the GPU's memory (its device's total_bytes); 0: no GPU, residents live in RAM
     providers: tuple[str, ...] = ()
     role: WorkerRole = WorkerRole.SPECIALIST  # router: a router_svc instance, the entry model's worker
+    device: Device | None = None  # what it runs models on (None: not said, e.g. a test's worker)
 
     @property
     def stream_id(self) -> str:
@@ -141,7 +144,9 @@ class TierChanged(Event, frozen=True, kw_only=True):
     to_tier: Tier
     reason: Reason  # load_failed: unloaded -> unloaded, a placed model could not be loaded (the placement is withdrawn)
     elapsed_ms: float
-    bytes_held: int  # bytes the model holds on the worker after the change
+    # bytes the model holds on the worker after the change, as the worker measured them: a resident on a
+    # GPU worker, the device memory its session holds; on a CPU worker, its weights and its session's RAM
+    bytes_held: int
     cold_start: bool = False  # promoted on demand by a request that waited for it
 
     @property

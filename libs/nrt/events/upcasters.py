@@ -31,6 +31,19 @@ def _worker_joined_v1(body: Body) -> Body:
     return {"role": "specialist", **body}
 
 
+def _worker_joined_v2(body: Body) -> Body:
+    """Version 3 added ``device``: before it, a worker that reported accelerator memory had a CUDA GPU
+    (the only accelerator it detected), any other ran its models on its CPU, in the RAM it offered."""
+    if "device" in body:
+        return body
+    accelerator = int(body.get("accelerator_bytes") or 0)
+    if accelerator > 0:
+        device = {"kind": "cuda", "id": "", "name": "", "total_bytes": accelerator}
+    else:
+        device = {"kind": "cpu", "id": "", "name": "", "total_bytes": int(body.get("ram_bytes") or 0)}
+    return {**body, "device": device}
+
+
 def _key_id_v1(body: Body) -> Body:
     """Version 2 added ``key_id``: version 1 requests were not charged to a key (authentication came later)."""
     return {"key_id": None, **body}
@@ -43,6 +56,7 @@ def _prompt_v2(body: Body) -> Body:
 
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("WorkerJoined", 1): _worker_joined_v1,
+    ("WorkerJoined", 2): _worker_joined_v2,
     ("RequestAdmitted", 1): _key_id_v1,
     ("RequestAdmitted", 2): _prompt_v2,
     ("RequestCompleted", 1): _key_id_v1,

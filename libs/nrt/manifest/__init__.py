@@ -4,6 +4,7 @@ from nrt.manifest.dispatch import DispatchRule, parse_rule
 from nrt.manifest.errors import ManifestError, Problem
 from nrt.manifest.model import (
     Audit,
+    DeviceRequirement,
     DrainPolicy,
     Generation,
     LruPolicy,
@@ -20,6 +21,7 @@ from nrt.manifest.parse import FootprintOf, load_manifest, parse_manifest
 
 __all__ = [
     "Audit",
+    "DeviceRequirement",
     "DispatchRule",
     "DrainPolicy",
     "FootprintOf",

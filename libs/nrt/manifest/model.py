@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from nrt.vocabulary import DeviceRequirement as DeviceRequirement
 from nrt.vocabulary import Priority as Priority  # the shared vocabulary, re-exported where manifests use it
 from nrt.vocabulary import Tier as Tier
 
@@ -60,6 +61,7 @@ class ModelSpec:
     co_activation: str | None = None
     promotion_hint: str | None = None
     footprint: int | None = None  # declared bytes; None: taken from the catalogue when known
+    device: DeviceRequirement = DeviceRequirement.ANY  # gpu: only on a worker with a GPU; cpu: only on one without
     description: str = ""
     template: str | None = None  # prompt template for causal models: a built-in's name or a layout
     turn_template: TurnTemplate | None = None  # the per-message parts of ``{turns}`` in ``template``

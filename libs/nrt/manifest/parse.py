@@ -15,6 +15,7 @@ from nrt.manifest.model import (
     TEMPLATE_FIELDS,
     TURN_FIELDS,
     Audit,
+    DeviceRequirement,
     DrainPolicy,
     Generation,
     LruPolicy,
@@ -47,6 +48,7 @@ MODEL_KEYS = (
     "co_activation",
     "promotion_hint",
     "footprint",
+    "device",
     "description",
     "template",
     "turn_template",
@@ -253,6 +255,7 @@ class _Reader:
             self.fail((*path, "max_active_sessions"), f"expected an integer >= 1, got {sessions}")
         co_activation = self.typed(data.get("co_activation"), (*path, "co_activation"), str, "a model id")
         footprint = self.converted(data.get("footprint"), (*path, "footprint"), parse_size)
+        device = self.choice(data.get("device"), (*path, "device"), [d.value for d in DeviceRequirement], "device")
         description = self.typed(data.get("description"), (*path, "description"), str, "text") or ""
         template = self.template(data.get("template"), (*path, "template"), role)
         turn_template = self.turn_template(data.get("turn_template"), (*path, "turn_template"), template)
@@ -268,6 +271,11 @@ class _Reader:
         resolved_tier = Tier(tier) if tier else Tier.RESIDENT
         if source is not None:
             self.remote_fields(source, resolved_tier, remote_model, base_url, path)
+        if device is not None and resolved_tier is Tier.REMOTE:
+            self.fail(
+                (*path, "device"),
+                "a remote model runs at its endpoint; 'device' (gpu, cpu or any) is for models a worker runs; remove it",
+            )
         base_url = base_url.strip().rstrip("/") if base_url else None
         if model_id is None or source is None:
             return None
@@ -281,6 +289,7 @@ class _Reader:
             co_activation=co_activation,
             promotion_hint=hint,
             footprint=footprint,
+            device=DeviceRequirement(device) if device else DeviceRequirement.ANY,
             description=description,
             template=template,
             turn_template=turn_template,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nrt.units import format_size
+from nrt.vocabulary import DeviceRequirement
 
 if TYPE_CHECKING:
     from nrt.manifest.model import Manifest, ModelSpec
@@ -37,6 +38,9 @@ def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]
     warm = [f"{s.id} on {s.co_activation}" for s in manifest.models if s.co_activation]
     if warm:
         lines.append(f"co-activate  {', '.join(warm)}")
+    devices = [f"{s.id} on {s.device.value}" for s in manifest.models if s.device is not DeviceRequirement.ANY]
+    if devices:
+        lines.append(f"devices      {', '.join(devices)} (placed only on workers with that device)")
     lru = manifest.lru
     lines.append(
         f"session lru  idle {lru.idle_threshold:g}s, min lifetime {lru.min_lifetime:g}s, sweep {lru.sweep_interval:g}s"

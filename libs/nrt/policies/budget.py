@@ -1,7 +1,9 @@
 """Bytes: what each model needs, what each worker and each budget has left.
 
 Residents count against ``gpu_budget`` (and the worker's accelerator memory, or its
-RAM on a CPU host); standby models against ``ram_budget`` (and the worker's RAM).
+RAM on a CPU host); standby models against ``ram_budget`` (and the worker's RAM). What a
+resident holds is what its worker measured: on a GPU worker the device memory its session
+holds, on a CPU host its weights and its session's RAM.
 Models that share one artifact on one worker share one copy: they are charged once,
 at the highest tier any of them holds there. The KV caches a resident model keeps for its
 sessions (the bytes its worker measured, as the log recorded them) count against the
@@ -160,8 +162,8 @@ def room(worker: WorkerState, held: Iterable[Holding]) -> WorkerRoom:
     mine = [h for h in charged(held).values() if h.worker_id == worker.worker_id]
     return WorkerRoom(
         worker_id=worker.worker_id,
-        accelerator=worker.accelerator_bytes > 0,
-        resident_cap=worker.accelerator_bytes if worker.accelerator_bytes > 0 else worker.ram_bytes,
+        accelerator=worker.accelerator,
+        resident_cap=worker.accelerator_bytes if worker.accelerator else worker.ram_bytes,
         standby_cap=worker.ram_bytes,
         resident_used=sum(h.charge for h in mine if h.tier == Tier.RESIDENT),
         standby_used=sum(h.charge for h in mine if h.tier == Tier.STANDBY),

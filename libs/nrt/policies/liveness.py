@@ -52,6 +52,7 @@ def check(state: ControlState, now: datetime, cause: str) -> list[Command]:
                 accelerator_bytes=r.accelerator_bytes,
                 providers=r.providers,
                 role=r.role,
+                device=r.device,
             )
             commands.append(Emit(joined, group=worker_key(worker_id)))
     return commands

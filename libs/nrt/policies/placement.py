@@ -8,6 +8,10 @@ Deterministic: residents first, then standby, then remote; critical before high 
 normal before low; larger before smaller; then manifest order. A specialist goes to a
 worker that already holds its artifact (no extra bytes) if one has room, else to the
 worker with the most room left, ties broken by worker id.
+
+A model whose manifest says ``device: gpu`` goes only to workers with a GPU, one that says
+``device: cpu`` only to workers without; with none of those live, it is refused with the reason
+(and placed once such a worker joins).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from nrt.policies.budget import (
 from nrt.policies.model import Command, Control, ControlState, Emit, Refuse, pending_key
 from nrt.protocol import ControlCommand
 from nrt.state import ClusterState, WorkerState
-from nrt.vocabulary import TIER_RANK, Reason, WorkerRole
+from nrt.vocabulary import TIER_RANK, DeviceRequirement, Reason, WorkerRole
 
 _TIER_ORDER = {Tier.RESIDENT: 0, Tier.STANDBY: 1, Tier.REMOTE: 2, Tier.UNLOADED: 3}
 _PRIORITY_ORDER = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
@@ -60,6 +64,15 @@ def holds(state: ControlState, model_id: str, worker_id: str) -> bool:
     return state.tier_of(model_id, worker_id) != Tier.UNLOADED
 
 
+def device_mismatch(spec: ModelSpec, worker: WorkerState) -> str | None:
+    """Why ``worker`` cannot run ``spec`` on the device its manifest asks for (None: it can)."""
+    if spec.device is DeviceRequirement.GPU and not worker.accelerator:
+        return f"{worker.worker_id} has no GPU ({spec.id} asks for device: gpu)"
+    if spec.device is DeviceRequirement.CPU and worker.accelerator:
+        return f"{worker.worker_id} has a GPU ({spec.id} asks for device: cpu)"
+    return None
+
+
 def choose(
     spec: ModelSpec,
     need: int,
@@ -67,13 +80,18 @@ def choose(
     held: Sequence[Holding],
     avoid: frozenset[str] = frozenset(),
 ) -> tuple[str | None, str]:
-    """The worker for ``spec`` at its declared tier, or None and why none fits (with the numbers)."""
+    """The worker for ``spec`` at its declared tier, on the device it asks for, or None and why none
+    fits (with the numbers)."""
     tier = spec.tier
     best: tuple[tuple[int, int, str], str] | None = None
     reasons = []
     for worker in workers:
         if worker.worker_id in avoid:
             reasons.append(f"{worker.worker_id} failed to load it recently")
+            continue
+        mismatch = device_mismatch(spec, worker)
+        if mismatch is not None:
+            reasons.append(mismatch)
             continue
         before = room(worker, held)
         after = room(worker, [*held, Holding(spec.id, worker.worker_id, spec.source, tier, need)])

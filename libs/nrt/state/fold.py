@@ -114,6 +114,7 @@ def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
         providers=e.providers,
         joined_at=e.occurred_at,
         role=e.role,
+        device=e.device,
     )
     return replace(state, workers=_with(state.workers, e.worker_id, worker))
 

@@ -6,6 +6,7 @@ from datetime import datetime  # at run time: msgspec resolves it to decode a Cl
 
 import msgspec
 
+from nrt.device import Device
 from nrt.events.schema import RouterCalibrated
 from nrt.vocabulary import KeyScope, Reason, Tier, WorkerRole
 
@@ -56,6 +57,12 @@ class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
     joined_at: datetime
     alive: bool = True
     role: WorkerRole = WorkerRole.SPECIALIST
+    device: Device | None = None  # what it runs models on, as it said when it joined
+
+    @property
+    def accelerator(self) -> bool:
+        """It has a GPU: its residents count against the GPU's memory (else against its RAM)."""
+        return self.accelerator_bytes > 0
 
 
 class KeyUsage(msgspec.Struct, frozen=True, kw_only=True):
