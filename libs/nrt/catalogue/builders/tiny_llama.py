@@ -3,7 +3,7 @@
 It is the fixture for fast tests of the real inference path: a genuine ONNX decoder graph
 (2 layers, hidden 64, grouped-query attention) with a genuine byte-level BPE tokenizer, so
 every code path a real model takes is exercised. Its text is gibberish by design. The root
-variant is the fp32 export; the ``cuda`` variant is the same export in float16.
+variant is the fp32 export; the ``cuda`` variant is the same export with float16 weight matrices.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ STEPS = (
     "Export ONNX with past key values",
 )
 CPU_STEPS = ("Check against torch",)
-CUDA_STEPS = ("Convert to float16 (CUDA variant)", "Check float16 against torch")
+CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against torch")
 PROMPT = "Hello, tiny llama!"
 
 PAD_ID, BOS_ID, EOS_ID = (SPECIAL_TOKENS.index(token) for token in ("<pad>", "<bos>", "<eos>"))
