@@ -48,7 +48,7 @@ from nrt.bus import rpc, subjects
 from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
-from nrt.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, prepare
+from nrt.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
 from nrt.inference import active_provider, bare_greedy, build_session, load_weights
 from nrt.inference.causal import CausalLM
 from nrt.infra import nats_server
@@ -217,6 +217,8 @@ async def main(model: str, n: int) -> None:
         nats_server(nats_dir, env_var=None, use_docker=False) as url,
     ):
         print(f"worker benchmark: {model} ({path}), {n} greedy tokens, prompt {PROMPT!r}", flush=True)
+        if gpu and load_record(path).provider != provider:
+            print(f"note: no {provider} variant of {model} is built: `nrt models prepare {model} --provider cuda`")
         floor = await asyncio.to_thread(Bare, path)
         print(f"provider: {active_provider(floor.session)}", flush=True)
         peers = None if gpu else await asyncio.to_thread(Peers, stack, model, path)
@@ -249,7 +251,7 @@ async def main(model: str, n: int) -> None:
             bare_ttft, bare_tps = min(r[0] for r in bare_runs), max(r[1] for r in bare_runs)
             ttft, tps = min(r[0] for r in worker_runs), max(r[1] for r in worker_runs)
             floor_name = "bare ORT CUDA loop" if gpu else "bare loop"
-            report(f"bare ONNX Runtime loop ({provider}): time to first token", bare_ttft, "ms")
+            report(f"bare ONNX Runtime loop ({provider}): time to first token", bare_ttft, "ms", precision=1)
             report(
                 "worker over NATS: time to first token",
                 ttft,
@@ -257,6 +259,7 @@ async def main(model: str, n: int) -> None:
                 bare_ttft / ttft,
                 f"{floor_name} (higher is better)",
                 ">= 0.9",
+                precision=1,
             )
             report(f"bare ONNX Runtime loop ({provider}): decode", bare_tps, "tokens/s")
             report(
@@ -269,8 +272,16 @@ async def main(model: str, n: int) -> None:
                 met=tps / bare_tps >= 0.9 if gpu else None,
             )
             throughput: dict[int, float] = {}
+            peer_aggregates: dict[str, float] = {name: 0.0 for name, _ in runners}
             for concurrency in levels:
-                throughput[concurrency] = max([await aggregate(nc, n, concurrency) for _ in range(AGGREGATE_ROUNDS)])
+                throughput[concurrency] = 0.0
+                for _ in range(AGGREGATE_ROUNDS):  # alternating with the peers' at the compared level
+                    throughput[concurrency] = max(throughput[concurrency], await aggregate(nc, n, concurrency))
+                    if concurrency != PEER_CONCURRENCY:
+                        continue
+                    for name, runner in runners:
+                        together = await asyncio.to_thread(runner.aggregate, floor.ids, n, concurrency)
+                        peer_aggregates[name] = max(peer_aggregates[name], together)
                 report(
                     f"worker aggregate, {concurrency} concurrent",
                     throughput[concurrency],
@@ -284,9 +295,7 @@ async def main(model: str, n: int) -> None:
                 )
             await session_turns(nc, "m", 1 if model == "tiny-llama" else 6)  # tiny-llama: 512 byte tokens
             if peers is not None:
-                await compare_peers(
-                    peers, floor.ids, n, WorkerFigures(ttft, tps, throughput[PEER_CONCURRENCY]), peer_runs
-                )
+                compare_peers(peers, WorkerFigures(ttft, tps, throughput[PEER_CONCURRENCY]), peer_runs, peer_aggregates)
             else:
                 print("CPU peers (llama.cpp, onnxruntime-genai): not run on a GPU host; their targets are CPU ones")
         finally:
@@ -295,19 +304,17 @@ async def main(model: str, n: int) -> None:
             await nc.close()
 
 
-async def compare_peers(
-    peers: Peers, ids: list[int], n: int, worker: WorkerFigures, runs: dict[str, list[Figures]]
+def compare_peers(
+    peers: Peers, worker: WorkerFigures, runs: dict[str, list[Figures]], aggregates: dict[str, float]
 ) -> None:
     """Each peer's figures, then the worker's against each, with the issue's CPU targets (vs llama.cpp)."""
     for note in peers.notes:
         print(note, flush=True)
-    for name, runner in peers.runners():
+    for name, _ in peers.runners():
         single = best(runs[name])
-        together = max(
-            [await asyncio.to_thread(runner.aggregate, ids, n, PEER_CONCURRENCY) for _ in range(AGGREGATE_ROUNDS)]
-        )
+        together = aggregates[name]
         how = "one after another, one context" if name == LLAMA_CPP else "one static batch"
-        report(f"{name}: time to first token", single.ttft_ms, "ms")
+        report(f"{name}: time to first token", single.ttft_ms, "ms", precision=1)
         report(f"{name}: decode", single.decode_tokens_per_s, "tokens/s")
         report(f"{name}: aggregate, {PEER_CONCURRENCY} requests ({how})", together, "tokens/s")
         targets = name == LLAMA_CPP
@@ -330,6 +337,7 @@ async def compare_peers(
             speed,
             f"{name} (speed: higher is better)",
             ">= 0.8" if targets else "",
+            precision=1,
             met=speed >= 0.8 if targets else None,
         )
         report(
