@@ -63,7 +63,7 @@ def genai_available() -> str | None:
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError as exc:
-        return f"onnxruntime-genai is not installed ({exc}; pip install '.[bench]')"
+        return f"onnxruntime-genai is not installed ({exc}; NRT_EXTRAS=dev,export,bench scripts/bootstrap)"
     return None
 
 
@@ -168,7 +168,7 @@ def llama_cpp_available() -> str | None:
     try:
         import llama_cpp  # noqa: F401
     except ImportError as exc:
-        return f"llama-cpp-python is not installed ({exc}; pip install '.[bench]', it compiles llama.cpp)"
+        return f"llama-cpp-python is not installed ({exc}; NRT_EXTRAS=dev,export,bench scripts/bootstrap, it compiles llama.cpp)"
     return None
 
 

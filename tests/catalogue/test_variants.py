@@ -234,3 +234,18 @@ def test_info_and_prepare_of_the_cuda_variant_from_the_cli(nrt_home: Path, tiny_
     code, output = _run("info", "minilm-l6", "--provider", "cuda")
     assert code == 1
     assert "minilm-l6 has no cuda variant" in output
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_cuda_variant_decodes_what_the_fp32_root_decodes_on_cpu(in_both: Path) -> None:
+    """The fp16-weight variant on the CUDA provider against the fp32 root on CPU, greedy, per the tolerance."""
+    cuda = build_session(load_weights(in_both / "cuda"), ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert cuda.get_providers()[0] == "CUDAExecutionProvider"
+    cpu = build_session(load_weights(in_both), ["CPUExecutionProvider"])
+    tokenizer = Tokenizer.from_file(str(in_both / TOKENIZER_FILE))
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt).ids
+        assert bare_greedy(cuda, ids, 24) == bare_greedy(cpu, ids, 24), prompt
+    served = find_serving("tiny-llama", provider_for(cuda.get_providers()))
+    assert served is not None
+    assert served.directory == in_both / "cuda"
