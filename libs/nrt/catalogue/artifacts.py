@@ -2,25 +2,36 @@
 
 ``prepare(name)`` returns the cached artifact when it is present, verifies and was built by
 the current recipe; otherwise it builds it in a staging directory under a per-name lock and
-renames it into place. ``ensure_artifact(source)`` does the same for any resolved source
+renames it into place. Each variant (the root ``cpu`` one, ``cuda/``) has its own record
+and state; a build makes only the requested variants that are not ready. ``ensure_artifact(source)`` does the same for any resolved source
 that has something to prepare (catalogue names and local directories).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from nrt.catalogue.catalogue import get_entry
-from nrt.catalogue.entry import BuildContext, CatalogueEntry
-from nrt.catalogue.layout import artifact_dir, build_lock, install, staging_dir
+from nrt.catalogue.entry import BuildContext, CatalogueEntry, Variant
+from nrt.catalogue.layout import artifact_dir, build_lock, install, install_variant, staging_dir
 from nrt.catalogue.local import describe_local
 from nrt.catalogue.progress import NoProgress, Progress
-from nrt.catalogue.record import ArtifactRecord, RecordError, load_record, save_record, verify, with_files
+from nrt.catalogue.record import (
+    ArtifactRecord,
+    Provider,
+    RecordError,
+    load_record,
+    save_record,
+    verify,
+    with_files,
+)
 from nrt.catalogue.sources import CatalogueSource, LocalSource
+from nrt.catalogue.variants import ROOT_PROVIDER, default_providers, variant_path, variant_subdir
 from nrt.inference.artifact import RECORD_FILE
 from nrt.inference.errors import ArtifactError
 
@@ -46,74 +57,144 @@ class PreparedArtifact(msgspec.Struct, frozen=True):
 
 
 class ArtifactStatus(msgspec.Struct, frozen=True):
-    """Whether a catalogue model is prepared: ``ready``, ``missing``, ``stale`` (older recipe) or ``invalid``."""
+    """Whether a variant of a catalogue model is prepared: ``ready``, ``missing``, ``stale`` (older recipe) or ``invalid``."""
 
     name: str
     state: State
     directory: Path
+    provider: Provider = ROOT_PROVIDER
     record: ArtifactRecord | None = None
     problem: str | None = None
 
 
-def prepare_steps(entry: CatalogueEntry) -> tuple[str, ...]:
-    """Every progress step ``prepare`` reports for a build of ``entry``, in order."""
-    return (*entry.steps, CHECKSUM_STEP, INSTALL_STEP)
+def prepare_steps(entry: CatalogueEntry, providers: Collection[Provider] = (ROOT_PROVIDER,)) -> tuple[str, ...]:
+    """Every progress step ``prepare`` reports for a build of ``entry``'s ``providers`` variants, in order."""
+    variant_steps = (step for variant in _variants(entry, providers) for step in variant.steps)
+    return (*entry.steps, *variant_steps, CHECKSUM_STEP, INSTALL_STEP)
 
 
-def status(name: str, *, checksums: bool = False) -> ArtifactStatus:
-    """The state of the cached artifact of catalogue model ``name`` (sizes only unless ``checksums``)."""
+def status(name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False) -> ArtifactStatus:
+    """The state of the cached ``provider`` variant of catalogue model ``name`` (sizes only unless ``checksums``).
+
+    A ``ValueError`` when the recipe has no variant for ``provider``.
+    """
     entry = get_entry(name)
-    directory = artifact_dir(name)
+    variant = entry.variant(provider)
+    if variant is None:
+        raise ValueError(
+            f"{name} has no {provider} variant (its variants: {', '.join(v.provider for v in entry.variants)}); "
+            f"its {ROOT_PROVIDER} artifact serves {provider} as it is"
+        )
+    directory = variant_path(artifact_dir(name), provider)
+
+    def state(kind: State, record: ArtifactRecord | None = None, problem: str | None = None) -> ArtifactStatus:
+        return ArtifactStatus(
+            name=name, state=kind, directory=directory, provider=provider, record=record, problem=problem
+        )
+
     if not (directory / RECORD_FILE).is_file():
-        return ArtifactStatus(name=name, state="missing", directory=directory)
+        return state("missing")
     try:
         record = load_record(directory)
     except RecordError as exc:
-        return ArtifactStatus(name=name, state="invalid", directory=directory, problem=str(exc))
-    if record.recipe != entry.recipe:
-        problem = f"built by recipe {record.recipe}, the catalogue now has {entry.recipe}"
-        return ArtifactStatus(name=name, state="stale", directory=directory, record=record, problem=problem)
+        return state("invalid", problem=str(exc))
+    if record.recipe != variant.recipe:
+        return state("stale", record, f"built by recipe {record.recipe}, the catalogue now has {variant.recipe}")
+    if record.provider != provider:
+        return state("invalid", record, f"the record says it is built for {record.provider}, not {provider}")
     check = verify(directory, record, checksums=checksums)
     if not check.ok:
-        return ArtifactStatus(
-            name=name, state="invalid", directory=directory, record=record, problem="; ".join(check.problems)
-        )
-    return ArtifactStatus(name=name, state="ready", directory=directory, record=record)
+        return state("invalid", record, "; ".join(check.problems))
+    return state("ready", record)
 
 
-def find_prepared(name: str, *, checksums: bool = False) -> PreparedArtifact | None:
-    """The ready artifact of catalogue model ``name``, or None (never builds)."""
-    current = status(name, checksums=checksums)
+def statuses(name: str, *, checksums: bool = False) -> tuple[ArtifactStatus, ...]:
+    """The state of every variant of catalogue model ``name``, the root one first."""
+    return tuple(status(name, provider=variant.provider, checksums=checksums) for variant in get_entry(name).variants)
+
+
+def find_prepared(name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False) -> PreparedArtifact | None:
+    """The ready ``provider`` variant of catalogue model ``name``, or None (never builds)."""
+    current = status(name, provider=provider, checksums=checksums)
     if current.state != "ready" or current.record is None:
         return None
     return PreparedArtifact(directory=current.directory, record=current.record)
 
 
-def prepare(
-    name: str, *, force: bool = False, checksums: bool = True, progress: Progress | None = None
-) -> PreparedArtifact:
-    """The artifact of catalogue model ``name``, built first when missing, stale, invalid or ``force``.
+def find_serving(name: str, provider: Provider, *, checksums: bool = False) -> PreparedArtifact | None:
+    """What serves catalogue model ``name`` on ``provider``: the variant built for it when ready, else
+    the root variant (it runs on any provider) when ready, else None (never builds)."""
+    own = get_entry(name).variant(provider)
+    if own is not None and (ready := find_prepared(name, provider=provider, checksums=checksums)) is not None:
+        return ready
+    return find_prepared(name, checksums=checksums)
 
-    An existing artifact is accepted after verifying its files (sha256 when ``checksums``).
-    Raises :class:`UnknownModelError` for names outside the catalogue and lets build
-    failures propagate (nothing is installed then).
+
+def prepare(
+    name: str,
+    *,
+    providers: Collection[Provider] | None = None,
+    force: bool = False,
+    checksums: bool = True,
+    progress: Progress | None = None,
+) -> PreparedArtifact:
+    """The artifact of catalogue model ``name``, its variants for ``providers`` built first when missing,
+    stale, invalid or ``force``.
+
+    ``providers`` defaults to :func:`default_providers` (the root ``cpu`` variant, and this host's
+    when it differs); a provider the recipe has no variant for is served by the root, which is
+    built instead. Returns the first requested variant in the entry's order (the root when
+    requested). Existing variants are accepted after verifying their files (sha256 when
+    ``checksums``); only the others are built, in one build that shares the export. Raises
+    :class:`UnknownModelError` for names outside the catalogue and lets build failures
+    propagate (nothing is installed then).
     """
     entry = get_entry(name)
+    wanted = tuple(variant.provider for variant in _variants(entry, providers or default_providers()))
     sink = progress or NoProgress()
-    if not force and (ready := find_prepared(name, checksums=checksums)) is not None:
-        return ready
+
+    def missing() -> tuple[Provider, ...]:
+        return tuple(p for p in wanted if force or find_prepared(name, provider=p, checksums=checksums) is None)
+
+    if not missing():
+        return _found(name, wanted[0])
     with build_lock(name):
         # another process may have finished the same build while we waited for the lock
-        if not force and (ready := find_prepared(name, checksums=checksums)) is not None:
-            return ready
+        todo = missing()
+        if not todo:
+            return _found(name, wanted[0])
         with staging_dir(name) as staging, staging_dir(name) as work:
-            record = entry.build(BuildContext(staging=staging, work=work, progress=sink))
+            context = BuildContext(staging=staging, work=work, progress=sink, providers=todo)
+            records = entry.build(context)
             sink.step(CHECKSUM_STEP)
-            record = with_files(record, staging)
-            save_record(staging, record)
+            if tuple(record.provider for record in records) != todo:
+                raise ArtifactError(
+                    f"the {name} builder returned variants for {[r.provider for r in records]}, asked for {list(todo)}"
+                )
+            for record in records:
+                directory = variant_path(staging, record.provider)
+                save_record(directory, with_files(record, directory))
             sink.step(INSTALL_STEP)
-            directory = install(staging, name)
-    return PreparedArtifact(directory=directory, record=record)
+            if ROOT_PROVIDER in todo:
+                others = tuple(variant_subdir(v.provider) for v in entry.variants if v.provider != ROOT_PROVIDER)
+                install(staging, name, keep=others)
+            else:
+                for provider in todo:
+                    install_variant(variant_path(staging, provider), name, variant_subdir(provider))
+    return _found(name, wanted[0])
+
+
+def _variants(entry: CatalogueEntry, providers: Collection[Provider]) -> tuple[Variant, ...]:
+    """The entry's variants that serve ``providers``, in the entry's order."""
+    serving = {entry.serving(provider).provider for provider in providers}
+    return tuple(variant for variant in entry.variants if variant.provider in serving)
+
+
+def _found(name: str, provider: Provider) -> PreparedArtifact:
+    ready = find_prepared(name, provider=provider)
+    if ready is None:  # installed a moment ago: only a concurrent deletion gets here
+        raise ArtifactError(f"the {provider} variant of {name} vanished right after it was installed")
+    return ready
 
 
 def prepare_local(path: Path, *, checksums: bool = True) -> PreparedArtifact:

@@ -1,8 +1,10 @@
 """Where artifacts live on disk, and how they get there atomically.
 
 An artifact is one directory, ``models_dir()/<name>``, holding ``model.onnx`` (one
-self-contained file), ``tokenizer.json``, ``config.json`` and ``nrt-artifact.json``.
-A build happens in a staging directory beside it and is renamed into place only when
+self-contained file), ``tokenizer.json``, ``config.json`` and ``nrt-artifact.json``: the
+root (``cpu``) variant. Variants for other providers are complete artifacts in
+subdirectories named after the provider (``cuda/``, see :mod:`nrt.catalogue.variants`),
+installed with the root or on their own. A build happens in a staging directory beside it and is renamed into place only when
 complete (the record is written last), so a crashed build never leaves a directory that
 looks like a valid artifact. Builds of one name are serialised by a lock file.
 """
@@ -55,16 +57,39 @@ def staging_dir(name: str) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def install(staged: Path, name: str) -> Path:
-    """Move a complete staged artifact into place, replacing any previous one."""
+def install(staged: Path, name: str, keep: tuple[str, ...] = ()) -> Path:
+    """Move a complete staged artifact into place, replacing any previous one.
+
+    ``keep``: subdirectories (other variants) of the previous artifact that the staged one
+    lacks and that move over into the new one rather than being thrown away.
+    """
     target = artifact_dir(name)
     staged.chmod(0o755)  # mkdtemp made it private
     if target.exists():
+        for subdir in keep:
+            if (target / subdir).is_dir() and not (staged / subdir).exists():
+                (target / subdir).rename(staged / subdir)
         trash = target.with_name(f"{_TRASH_PREFIX}{name}.{uuid.uuid4().hex[:8]}")
         target.rename(trash)
         shutil.rmtree(trash, ignore_errors=True)
     staged.rename(target)
     _fsync_dir(target.parent)
+    return target
+
+
+def install_variant(staged: Path, name: str, subdir: str) -> Path:
+    """Move a complete staged variant into ``artifact_dir(name)/subdir``, replacing any previous one
+    (the root variant and the others stay as they are)."""
+    root = artifact_dir(name)
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / subdir
+    staged.chmod(0o755)
+    if target.exists():
+        trash = root.with_name(f"{_TRASH_PREFIX}{name}.{uuid.uuid4().hex[:8]}")
+        target.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    staged.rename(target)
+    _fsync_dir(root)
     return target
 
 

@@ -73,7 +73,8 @@ def _describe(directory: Path) -> ArtifactRecord:
         if context_length is None:
             raise ArtifactError(f"{directory / CONFIG_FILE} gives no max_position_embeddings (the context length)")
         eos = _eos(directory, config)
-        return causal_lm_record(
+        quantization = _quantization(model)
+        record = causal_lm_record(
             signature,
             name=name,
             source=source,
@@ -82,10 +83,12 @@ def _describe(directory: Path) -> ArtifactRecord:
             bos_token_id=config.bos_token_id,
             eos_token_ids=eos,
             pad_token_id=config.pad_token_id,
-            quantization=_quantization(model),
+            quantization=quantization,
             tokenizer_adds_special_tokens=adds_special,
             vocab_size=config.vocab_size,
         )
+        # a float16 graph is what a GPU runs; CPU onnxruntime runs it too, slowly
+        return msgspec.structs.replace(record, provider="cuda" if quantization == "fp16" else "cpu")
     if signature.output("last_hidden_state") is not None:
         return encoder_record(
             signature,
@@ -169,6 +172,8 @@ def _quantization(model: Path) -> Quantization:
     if ops & _INT8_DYNAMIC_OPS:
         return "int8-dynamic"
     weight_types = {init.data_type for init in graph.initializer}
-    if ops & _OTHER_QUANTIZED_OPS or weight_types & {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}:
+    if ops & _OTHER_QUANTIZED_OPS or onnx.TensorProto.BFLOAT16 in weight_types:
         return "unknown"
+    if onnx.TensorProto.FLOAT16 in weight_types:
+        return "fp16"
     return "fp32"

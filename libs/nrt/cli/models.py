@@ -17,20 +17,26 @@ from rich.table import Table
 from nrt import settings
 from nrt.catalogue import (
     CATALOGUE,
+    PROVIDERS,
+    ROOT_PROVIDER,
     AnthropicSource,
     ArtifactError,
     ArtifactRecord,
     LocalSource,
     PreparedArtifact,
+    Provider,
     RemoteSource,
     SourceError,
     UnknownModelError,
+    default_providers,
     get_entry,
+    parse_provider,
     prepare,
     prepare_local,
     prepare_steps,
     resolve_source,
     status,
+    statuses,
 )
 from nrt.catalogue.record import encode_record
 
@@ -48,70 +54,144 @@ def models() -> None:
 def list_models() -> None:
     """List the catalogue's models, whether each is prepared, and its size."""
     table = Table(title=f"Model catalogue ({settings.models_dir()})")
-    for column in ("name", "kind", "prepared", "size", "description"):
+    for column in ("name", "kind", "prepared", "size", "variants", "description"):
         table.add_column(column, overflow="fold")
     for entry in CATALOGUE:
         current = status(entry.name)
         if current.state == "ready" and current.record is not None:
             prepared, size = "[green]yes[/green]", _size(current.record.total_bytes)
         else:
-            label = {"missing": "no", "stale": "[yellow]stale[/yellow]", "invalid": "[red]invalid[/red]"}
-            prepared, size = label.get(current.state, current.state), f"~{_size(entry.approx_bytes)}"
-        table.add_row(entry.name, entry.kind, prepared, size, entry.description)
+            prepared, size = _STATE_LABELS.get(current.state, current.state), f"~{_size(entry.approx_bytes)}"
+        variants = ", ".join(
+            f"{variant.provider} {variant.quantization}"
+            + ("" if state.state == "ready" else f" ({_STATE_LABELS.get(state.state, state.state)})")
+            for variant, state in zip(entry.variants, statuses(entry.name), strict=True)
+        )
+        table.add_row(entry.name, entry.kind, prepared, size, variants, entry.description)
     _out.print(table)
+
+
+_STATE_LABELS = {"missing": "no", "stale": "[yellow]stale[/yellow]", "invalid": "[red]invalid[/red]"}
+_PROVIDER_CHOICES = (*PROVIDERS, "all")
 
 
 @models.command(name="prepare")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
-def prepare_model(name: str, force: bool) -> None:
+@click.option(
+    "--provider",
+    "providers",
+    multiple=True,
+    type=click.Choice(_PROVIDER_CHOICES),
+    help="The variant(s) to build: cpu (the root artifact: int8 or fp32), cuda (fp16, for a GPU; it builds on "
+    "a CPU host too), or all. Repeatable. Default: cpu, plus cuda where onnxruntime offers CUDA.",
+)
+def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     """Build the artifact of catalogue model NAME (or check a local ONNX directory / source)."""
     if name not in {entry.name for entry in CATALOGUE}:
         _prepare_source(name)
         return
     entry = get_entry(name)
+    chosen = _chosen_providers(providers)
+    wanted = [variant.provider for variant in entry.variants if variant.provider in chosen]
+    for provider in sorted(set(chosen) - {variant.provider for variant in entry.variants}):
+        click.echo(f"{name} has no {provider} variant: its {entry.root.provider} artifact serves {provider} as it is")
+    if not wanted:
+        wanted = [entry.root.provider]
+    todo = wanted
     if not force:
         started = time.perf_counter()
-        current = status(name, checksums=True)
-        if current.state == "ready" and current.record is not None:
-            elapsed = time.perf_counter() - started
-            click.echo(
-                f"{name} is already prepared and verified (sha256 of {len(current.record.files)} files, "
-                f"{elapsed:.1f} s): {current.directory} ({_size(current.record.total_bytes)})"
-            )
+        todo = []
+        for provider in wanted:
+            current = status(name, provider=provider, checksums=True)
+            label = _variant_label(name, provider)
+            if current.state == "ready" and current.record is not None:
+                elapsed = time.perf_counter() - started
+                click.echo(
+                    f"{label} is already prepared and verified (sha256 of {len(current.record.files)} files, "
+                    f"{elapsed:.1f} s): {current.directory} ({_size(current.record.total_bytes)})"
+                )
+                continue
+            todo.append(provider)
+            if current.state != "missing":
+                click.echo(f"{label} is {current.state}: {current.problem}; rebuilding")
+        if not todo:
             return
-        if current.state != "missing":
-            click.echo(f"{name} is {current.state}: {current.problem}; rebuilding")
-    steps = prepare_steps(entry)
+    steps = prepare_steps(entry, todo)
     started = time.perf_counter()
     try:
         with _StepProgress(steps, title=name) as progress:
-            artifact = prepare(name, force=force, progress=progress)
+            prepare(name, providers=todo, force=force, progress=progress)
     except ArtifactError as exc:
         _fail(f"prepare {name} failed: {exc}", 1)
     elapsed = time.perf_counter() - started
-    click.echo(f"prepared {name} in {elapsed:.0f} s: {artifact.directory} ({_size(artifact.record.total_bytes)})")
+    for provider in todo:
+        built = status(name, provider=provider)
+        size = _size(built.record.total_bytes) if built.record is not None else "?"
+        click.echo(f"prepared {_variant_label(name, provider)} in {elapsed:.0f} s: {built.directory} ({size})")
+
+
+def _chosen_providers(options: tuple[str, ...]) -> tuple[Provider, ...]:
+    if not options:
+        return default_providers()
+    if "all" in options:
+        return PROVIDERS
+    return tuple(parse_provider(option) for option in options)
+
+
+def _variant_label(name: str, provider: Provider) -> str:
+    return name if provider == ROOT_PROVIDER else f"{name} ({provider} variant)"
 
 
 @models.command(name="info")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print only the record, as JSON.")
-def info(name: str, as_json: bool) -> None:
-    """Show the record (nrt-artifact.json) of a prepared model, or of a local ONNX directory."""
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDERS),
+    default=ROOT_PROVIDER,
+    show_default=True,
+    help="Whose variant's record to print.",
+)
+def info(name: str, as_json: bool, provider: str) -> None:
+    """Show a model's variants (provider, quantization, size, path, whether built) and the record
+    (nrt-artifact.json) of one of them; or the record of a local ONNX directory."""
     if name not in {entry.name for entry in CATALOGUE}:
         artifact = _local_artifact(name)
         _print_record(artifact, as_json)
         return
-    current = status(name)
+    entry = get_entry(name)
+    chosen = parse_provider(provider)
+    if entry.variant(chosen) is None:
+        _fail(f"{name} has no {chosen} variant: its {entry.root.provider} artifact serves {chosen} as it is", 1)
+    if not as_json:
+        _print_variants(name)
+    current = status(name, provider=chosen)
     if current.state != "ready" or current.record is None:
-        entry = get_entry(name)
+        flag = "" if chosen == ROOT_PROVIDER else f" --provider {chosen}"
         _fail(
-            f"{name} ({entry.kind}, ~{_size(entry.approx_bytes)}) is not prepared"
+            f"{_variant_label(name, chosen)} ({entry.kind}, ~{_size(entry.serving(chosen).approx_bytes)}) "
+            "is not prepared"
             + (f" ({current.state}: {current.problem})" if current.problem else "")
-            + f"; run: nrt models prepare {name}",
+            + f"; run: nrt models prepare {name}{flag}",
             1,
         )
     _print_record(PreparedArtifact(directory=current.directory, record=current.record), as_json)
+
+
+def _print_variants(name: str) -> None:
+    table = Table(title=f"{name}: variants")
+    for column in ("provider", "quantization", "built", "size", "path"):
+        table.add_column(column, overflow="fold")
+    entry = get_entry(name)
+    for variant, current in zip(entry.variants, statuses(name), strict=True):
+        if current.state == "ready" and current.record is not None:
+            built, size = "[green]yes[/green]", _size(current.record.total_bytes)
+        else:
+            built = _STATE_LABELS.get(current.state, current.state)
+            size = f"~{_size(variant.approx_bytes)}"
+        table.add_row(variant.provider, variant.quantization, built, size, str(current.directory))
+    _out.print(table)
 
 
 def _prepare_source(text: str) -> None:

