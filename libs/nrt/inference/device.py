@@ -1,0 +1,221 @@
+"""Key/value tensors on the session's device, and the few operations the scheduler needs on them.
+
+The cache of a sequence (or a left-padded batch of them) is a list of ``OrtValue`` s, one per
+``past_key_values`` input, living where the model's session runs: host memory on the CPU
+provider, device memory on CUDA. A decode step's ``present`` outputs become the next step's
+``past`` inputs as they are, with no copy to the host.
+
+Between steps the scheduler regroups rows (one joins, one leaves) and keeps a finished row's
+cache for its session. Those are gathers, slices and left-pads of the cache, done here by
+small helper ONNX graphs (written by :mod:`nrt.inference.onnx_writer`) run by ONNX Runtime
+on the model's own provider, so the KV never crosses to the host on any provider and the
+runtime needs no array library for the device (no torch, no cupy). Each helper run writes
+its rows straight into the destination batch tensors (IOBinding outputs bound to offsets in
+a buffer allocated once for the new batch). Only logits (or, for greedy rows, the chosen
+ids) come back to the host: on CPU they are a view of the output with no copy; elsewhere a
+helper graph takes the last position (and its argmax) on the device and copies just that.
+
+Every ``OrtValue`` here is written once, when it is created, and only read afterwards: a
+batch, a row and a session may share tensors without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from nrt.inference.onnx_writer import Node, Value, element_type, model_bytes
+from nrt.inference.weights import CUDA
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float32]
+KV = list[ort.OrtValue]  # one tensor per past_key_values input, [batch, heads, width, head_dim]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Rows ``rows`` of ``past``, columns ``[start, end)``: part of a batch being assembled."""
+
+    past: Sequence[ort.OrtValue]
+    rows: Sequence[int]
+    start: int
+    end: int
+
+
+def kv_nbytes(past: Sequence[ort.OrtValue]) -> int:
+    """Bytes the tensors hold on their device."""
+    return sum(int(v.tensor_size_in_bytes()) for v in past)
+
+
+def session_device(session: ort.InferenceSession) -> tuple[str, int]:
+    """Where a session's outputs should stay: ``("cuda", id)`` when CUDA serves it, else ``("cpu", 0)``."""
+    providers: list[str] = session.get_providers()
+    if providers and providers[0] == CUDA:
+        options: dict[str, dict[str, str]] = session.get_provider_options()
+        return "cuda", int(options.get(CUDA, {}).get("device_id", 0))
+    return "cpu", 0
+
+
+class DeviceOps:
+    """Cache operations for one model's tensors, run on its session's device.
+
+    ``helpers`` forces the helper-graph path on the CPU provider too (tests run the device
+    path without a GPU); by default the CPU provider reads logits through numpy views.
+    """
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        *,
+        tensors: int,
+        heads: int,
+        head_dim: int,
+        kv_dtype: np.dtype[Any],
+        logits_dtype: np.dtype[Any],
+        helpers: bool | None = None,
+    ) -> None:
+        self.device_type, self.device_id = session_device(session)
+        self.on_host = self.device_type == "cpu"
+        self._host_logits = self.on_host and not helpers
+        self.tensors = tensors
+        self.heads = heads
+        self.head_dim = head_dim
+        self.kv_dtype = kv_dtype
+        self._providers = list(zip(session.get_providers(), _provider_options(session), strict=True))
+        self._slice = self._helper(_slice_graph(tensors, kv_dtype.name))
+        self._tail = self._helper(_tail_graph(logits_dtype.name))
+        self._empty: dict[int, KV] = {}
+        self._slice_inputs = [f"x{i}" for i in range(tensors)]
+        self._slice_outputs = [f"y{i}" for i in range(tensors)]
+
+    def _helper(self, graph: bytes) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # copies: no thread pool of their own
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        names = [name for name, _ in self._providers]
+        provider_options = [opts for _, opts in self._providers]
+        return ort.InferenceSession(graph, sess_options=options, providers=names, provider_options=provider_options)
+
+    # ------------------------------------------------------------------ caches
+
+    def empty_past(self, batch: int = 1) -> KV:
+        """A cache of no positions (width 0), shared: nothing ever writes into it."""
+        empty = self._empty.get(batch)
+        if empty is None:
+            shape = [batch, self.heads, 0, self.head_dim]
+            empty = self._empty[batch] = [self.allocate(shape) for _ in range(self.tensors)]
+        return empty
+
+    def allocate(self, shape: Sequence[int]) -> ort.OrtValue:
+        """An uninitialised tensor of the cache's element type on the device."""
+        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), self.kv_dtype, self.device_type, self.device_id)
+
+    def select(self, past: Sequence[ort.OrtValue], rows: Sequence[int], start: int, end: int) -> KV:
+        """A new cache of rows ``rows`` and columns ``[start, end)`` of ``past``."""
+        return self.assemble([Piece(past, rows, start, end)], width=end - start)
+
+    def assemble(self, pieces: Sequence[Piece], width: int) -> KV:
+        """A new batch of ``width`` columns: the pieces' rows one after the other, each row's
+        columns right-aligned with zeros on the left (the padding the attention mask hides)."""
+        batch = sum(len(p.rows) for p in pieces)
+        out = [self.allocate([batch, self.heads, width, self.head_dim]) for _ in range(self.tensors)]
+        row_bytes = self.heads * width * self.head_dim * self.kv_dtype.itemsize
+        first = 0
+        for piece in pieces:
+            count = len(piece.rows)
+            pad = width - (piece.end - piece.start)
+            if pad < 0:
+                raise ValueError(f"a piece of {piece.end - piece.start} columns does not fit in {width}")
+            binding = self._slice.io_binding()
+            binding.bind_cpu_input("rows", np.asarray(piece.rows, dtype=np.int64))
+            binding.bind_cpu_input("start", np.array([piece.start], dtype=np.int64))
+            binding.bind_cpu_input("end", np.array([piece.end], dtype=np.int64))
+            binding.bind_cpu_input("pads", np.array([0, 0, pad, 0, 0, 0, 0, 0], dtype=np.int64))
+            for name, value in zip(self._slice_inputs, piece.past, strict=True):
+                binding.bind_ortvalue_input(name, value)
+            shape = [count, self.heads, width, self.head_dim]
+            for name, target in zip(self._slice_outputs, out, strict=True):
+                pointer = target.data_ptr() + first * row_bytes
+                binding.bind_output(name, self.device_type, self.device_id, self.kv_dtype, shape, pointer)
+            self._slice.run_with_iobinding(binding)
+            first += count
+        return out
+
+    def to_host(self, past: Sequence[ort.OrtValue]) -> list[np.ndarray]:
+        """Host copies of cache tensors (tests and diagnostics; the serving path never needs them)."""
+        return [np.array(v.numpy()) for v in past]
+
+    def from_host(self, arrays: Sequence[np.ndarray]) -> KV:
+        """Cache tensors on the device from host arrays."""
+        return [
+            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, self.device_id) for a in arrays
+        ]
+
+    # ------------------------------------------------------------------ logits
+
+    def last_logits(self, logits: ort.OrtValue) -> FloatArray:
+        """The last position's logits of each row, ``[B, vocab]``, on the host."""
+        if self._host_logits:
+            host: FloatArray = logits.numpy()[:, -1, :]
+            return host
+        binding = self._tail.io_binding()
+        binding.bind_ortvalue_input("logits", logits)
+        binding.bind_output("last", "cpu")
+        self._tail.run_with_iobinding(binding)
+        out: FloatArray = binding.get_outputs()[0].numpy()
+        return out
+
+    def greedy(self, logits: ort.OrtValue) -> IntArray:
+        """The argmax of each row's last position, ``[B]``: only the ids come to the host."""
+        if self._host_logits:
+            ids: IntArray = logits.numpy()[:, -1, :].argmax(axis=-1)
+            return ids
+        binding = self._tail.io_binding()
+        binding.bind_ortvalue_input("logits", logits)
+        binding.bind_output("argmax", "cpu")
+        self._tail.run_with_iobinding(binding)
+        chosen: IntArray = binding.get_outputs()[0].numpy()
+        return chosen
+
+
+def _provider_options(session: ort.InferenceSession) -> list[dict[str, str]]:
+    options: dict[str, dict[str, str]] = session.get_provider_options()
+    return [dict(options.get(name, {})) for name in session.get_providers()]
+
+
+def _slice_graph(tensors: int, dtype: str) -> bytes:
+    """``y_i = Pad(Slice(Gather(x_i, rows), start, end, axis 2), pads)`` for every cache tensor."""
+    nodes: list[Node] = []
+    for i in range(tensors):
+        nodes += [
+            Node("Gather", (f"x{i}", "rows"), (f"g{i}",), {"axis": 0}),
+            Node("Slice", (f"g{i}", "start", "end", "axes"), (f"s{i}",)),
+            Node("Pad", (f"s{i}", "pads"), (f"y{i}",)),
+        ]
+    inputs = [
+        Value("rows", "int64", 1),
+        Value("start", "int64", 1),
+        Value("end", "int64", 1),
+        Value("pads", "int64", 1),
+        *(Value(f"x{i}", dtype, 4) for i in range(tensors)),
+    ]
+    outputs = [Value(f"y{i}", dtype, 4) for i in range(tensors)]
+    return model_bytes("nrt_kv_slice", nodes, inputs, outputs, {"axes": np.array([2], dtype=np.int64)})
+
+
+def _tail_graph(dtype: str) -> bytes:
+    """``last = float32(logits[:, -1, :])`` and ``argmax = argmax(logits[:, -1, :], axis=-1)``."""
+    nodes = [
+        Node("Gather", ("logits", "minus_one"), ("tail",), {"axis": 1}),
+        Node("Cast", ("tail",), ("last",), {"to": element_type("float32")}),
+        Node("ArgMax", ("tail",), ("argmax",), {"axis": -1, "keepdims": 0}),
+    ]
+    inputs = [Value("logits", dtype, 3)]
+    outputs = [Value("last", "float32", 2), Value("argmax", "int64", 1)]
+    return model_bytes("nrt_logits_tail", nodes, inputs, outputs, {"minus_one": np.array(-1, dtype=np.int64)})
