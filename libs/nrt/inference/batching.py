@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
-import onnxruntime as ort
 
 from nrt.inference.causal import CausalLM
-from nrt.inference.device import KV
+from nrt.inference.device import KV, OrtValue
 from nrt.inference.errors import GeneratorClosedError
 from nrt.inference.generation import Generation, start_generation
 from nrt.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
@@ -383,7 +382,7 @@ class BatchingGenerator:
             return end - start, None
         return end - start, RowKV(state.past, len(prompt))
 
-    def _first_token(self, gen: Generation, logits: ort.OrtValue) -> int:
+    def _first_token(self, gen: Generation, logits: OrtValue) -> int:
         """The token after a prompt: only its id comes to the host when greedy."""
         if gen.sampler.greedy:
             return int(self._ops.greedy(logits)[0])
@@ -435,7 +434,7 @@ class BatchingGenerator:
         )
         self._rebuilds += 1
 
-    def _keep_session(self, gen: Generation, past: tuple[ort.OrtValue, ...]) -> None:
+    def _keep_session(self, gen: Generation, past: tuple[OrtValue, ...]) -> None:
         session_id = gen.request.session_id
         if session_id is None:
             return

@@ -33,7 +33,7 @@ from nrt.inference.artifact import (
     read_signature,
     require_file,
 )
-from nrt.inference.device import KV, DeviceOps
+from nrt.inference.device import KV, DeviceOps, OrtValue
 from nrt.inference.errors import ArtifactError
 from nrt.inference.weights import active_provider, build_session, load_weights
 
@@ -223,9 +223,7 @@ class Stepper:
 
     def __init__(self, model: CausalLM) -> None:
         self.model = model
-        self._session = model.session
-        self._binding = model.session.io_binding()
-        self._device = (model.ops.device_type, model.ops.device_id)
+        self._binding = model.ops.binding(model.session)
         self._outputs = ("logits", *model.signature.present_names)
         self._past_names = model.signature.past_names
         self._positions = model.signature.has_position_ids
@@ -237,26 +235,19 @@ class Stepper:
         input_ids: IntArray,
         attention_mask: IntArray,
         position_ids: IntArray,
-        past: Sequence[ort.OrtValue],
-    ) -> tuple[ort.OrtValue, KV]:
+        past: Sequence[OrtValue],
+    ) -> tuple[OrtValue, KV]:
         """One run: the logits ``[B, new, vocab]`` and the presents (the next step's past),
         both left on the device. Nothing stays bound afterwards, so dropping a returned
         tensor frees it."""
-        binding = self._binding
         dtype = self._ids_dtype
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=dtype))
-        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(attention_mask, dtype=dtype))
+        host = [
+            ("input_ids", np.ascontiguousarray(input_ids, dtype=dtype)),
+            ("attention_mask", np.ascontiguousarray(attention_mask, dtype=dtype)),
+        ]
         if self._positions:
-            binding.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=dtype))
+            host.append(("position_ids", np.ascontiguousarray(position_ids, dtype=dtype)))
         if self._cache_branch:
-            binding.bind_cpu_input("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]]))
-        for name, value in zip(self._past_names, past, strict=True):
-            binding.bind_ortvalue_input(name, value)
-        device_type, device_id = self._device
-        for name in self._outputs:
-            binding.bind_output(name, device_type, device_id)
-        self._session.run_with_iobinding(binding)
-        logits, *presents = binding.get_outputs()
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
+            host.append(("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]])))
+        logits, *presents = self._binding.step(host, zip(self._past_names, past, strict=True), self._outputs)
         return logits, presents

@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
 
-from nrt.inference.device import KV, DeviceOps, Piece, kv_nbytes
+from nrt.inference.device import KV, DeviceOps, OrtValue, Piece, kv_nbytes
 from nrt.inference.transcript import Transcript
 
 IntArray = npt.NDArray[np.int64]
 
 
-def width_of(past: Sequence[ort.OrtValue]) -> int:
+def width_of(past: Sequence[OrtValue]) -> int:
     """The number of positions (columns) a cache's tensors hold."""
     return int(past[0].shape()[2])
 
@@ -44,7 +43,7 @@ class SessionKV:
     with ``tokens``."""
 
     tokens: tuple[int, ...]
-    past: tuple[ort.OrtValue, ...] = field(repr=False)
+    past: tuple[OrtValue, ...] = field(repr=False)
     transcript: Transcript | None = None
 
     @property
@@ -90,7 +89,7 @@ class BatchKV:
         self.lengths = self.lengths + 1
         self.width += 1
 
-    def row(self, index: int, ops: DeviceOps) -> tuple[ort.OrtValue, ...]:
+    def row(self, index: int, ops: DeviceOps) -> tuple[OrtValue, ...]:
         """One row's valid cache, ``[1, heads, length, head_dim]`` per tensor: the batch's own
         tensors when it is that row alone, unpadded; else a copy, on the device."""
         length = int(self.lengths[index])

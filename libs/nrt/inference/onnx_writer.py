@@ -108,7 +108,7 @@ def _value(value: Value) -> bytes:
 
 
 def _tensor(name: str, array: np.ndarray) -> bytes:
-    data = np.ascontiguousarray(array)
+    data = np.asarray(array, order="C")  # (ascontiguousarray would make a scalar 1-d)
     return (
         b"".join(_int(1, d) for d in data.shape)
         + _int(2, element_type(data.dtype.name))
