@@ -223,7 +223,7 @@ class Stepper:
 
     def __init__(self, model: CausalLM) -> None:
         self.model = model
-        self._binding = model.ops.binding(model.session)
+        self.binding = model.ops.binding(model.session)
         self._outputs = ("logits", *model.signature.present_names)
         self._past_names = model.signature.past_names
         self._positions = model.signature.has_position_ids
@@ -249,5 +249,5 @@ class Stepper:
             host.append(("position_ids", np.ascontiguousarray(position_ids, dtype=dtype)))
         if self._cache_branch:
             host.append(("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]])))
-        logits, *presents = self._binding.step(host, zip(self._past_names, past, strict=True), self._outputs)
+        logits, *presents = self.binding.step(host, zip(self._past_names, past, strict=True), self._outputs)
         return logits, presents

@@ -108,6 +108,10 @@ class Binding:
         """The output is written at ``pointer`` (device memory of the right size, owned elsewhere)."""
         self._binding.bind_output(name, self.device, dtype, list(shape), pointer)
 
+    def bound_outputs(self) -> int:
+        """How many outputs the binding still holds (none between runs)."""
+        return len(self._binding.get_outputs())
+
     def run(self) -> list[OrtValue]:
         """Run the session; the bound outputs in binding order."""
         return self.step((), (), ())
@@ -130,10 +134,10 @@ class Binding:
             for name in outputs:
                 binding.bind_output(name, device)
             self._session.run_with_iobinding(binding, None)
-            outputs = binding.get_outputs()
+            results = binding.get_outputs()
             # Indexing copies each OrtValue (a reference-counted handle); iterating would yield
             # references into the binding's own vector, dangling once it is cleared below.
-            return [outputs[i] for i in range(len(outputs))]
+            return [results[i] for i in range(len(results))]
         finally:
             binding.clear_binding_inputs()
             binding.clear_binding_outputs()
