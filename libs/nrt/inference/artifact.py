@@ -81,6 +81,7 @@ class GraphSignature(msgspec.Struct, frozen=True):
     present_names: tuple[str, ...]  # present.{i}.key, .value, ... matching past_names
     has_position_ids: bool
     has_use_cache_branch: bool
+    has_logits_to_keep: bool  # the LM head projects only the last N positions (0: all)
     ids_dtype: str  # numpy dtype name of input_ids / attention_mask / position_ids
     kv_dtype: str  # numpy dtype name of the past key/value tensors
     logits_dtype: str  # numpy dtype name of the logits output
@@ -181,6 +182,7 @@ def read_signature(session: ort.InferenceSession) -> GraphSignature:
         present_names=present_names,
         has_position_ids="position_ids" in inputs,
         has_use_cache_branch="use_cache_branch" in inputs,
+        has_logits_to_keep="logits_to_keep" in inputs,
         ids_dtype=numpy_dtype(inputs["input_ids"].type) or "int64",
         kv_dtype=numpy_dtype(past0.type) or "float32",
         logits_dtype=numpy_dtype(outputs["logits"].type) or "float32",

@@ -42,6 +42,8 @@ FloatArray = npt.NDArray[np.float32]
 
 _PADDINGS = (1, 2, 3, 4, 8, 16)  # 4, 8 and 16: whole SIMD groups of float32 (SSE, AVX, AVX-512)
 _EXACT = 1e-3  # relative logit difference below which two decode steps count as the same
+_LAST = np.array(1, dtype=np.int64)  # logits_to_keep: the last position only
+_ALL = np.array(0, dtype=np.int64)  # logits_to_keep: every position
 
 
 class CausalLM:
@@ -190,7 +192,7 @@ class CausalLM:
     ) -> tuple[FloatArray, list[np.ndarray]]:
         """One ONNX run. Returns the logits of each row's last position ``[B, vocab]``
         and the ``present`` key/values (``[B, heads, past + new, head_dim]`` each)."""
-        logits, presents = self.forward_sequence(input_ids, attention_mask, position_ids, past)
+        logits, presents = self._run(input_ids, attention_mask, position_ids, past, _LAST)
         return np.ascontiguousarray(logits[:, -1, :]), presents
 
     def forward_sequence(
@@ -201,6 +203,16 @@ class CausalLM:
         past: Sequence[np.ndarray],
     ) -> tuple[FloatArray, list[np.ndarray]]:
         """:meth:`forward` with the logits of every new position ``[B, new, vocab]``."""
+        return self._run(input_ids, attention_mask, position_ids, past, _ALL)
+
+    def _run(
+        self,
+        input_ids: IntArray,
+        attention_mask: IntArray,
+        position_ids: IntArray,
+        past: Sequence[np.ndarray],
+        logits_to_keep: IntArray,
+    ) -> tuple[FloatArray, list[np.ndarray]]:
         ids_dtype = self.ids_dtype
         feed: dict[str, np.ndarray] = {
             "input_ids": input_ids.astype(ids_dtype, copy=False),
@@ -210,6 +222,8 @@ class CausalLM:
             feed["position_ids"] = position_ids.astype(ids_dtype, copy=False)
         if self.signature.has_use_cache_branch:
             feed["use_cache_branch"] = np.array([attention_mask.shape[1] > input_ids.shape[1]])
+        if self.signature.has_logits_to_keep:
+            feed["logits_to_keep"] = logits_to_keep
         feed.update(zip(self.signature.past_names, past, strict=True))
         logits, *presents = self.session.run(self._output_names, feed)
         return logits, presents
@@ -228,6 +242,7 @@ class Stepper:
         self._past_names = model.signature.past_names
         self._positions = model.signature.has_position_ids
         self._cache_branch = model.signature.has_use_cache_branch
+        self._keep_last = model.signature.has_logits_to_keep
         self._ids_dtype = model.ids_dtype
 
     def run(
@@ -237,8 +252,9 @@ class Stepper:
         position_ids: IntArray,
         past: Sequence[OrtValue],
     ) -> tuple[OrtValue, KV]:
-        """One run: the logits ``[B, new, vocab]`` and the presents (the next step's past),
-        both left on the device. Nothing stays bound afterwards, so dropping a returned
+        """One run: the logits ``[B, new, vocab]`` (``[B, 1, vocab]``, the last position only,
+        when the graph takes ``logits_to_keep``) and the presents (the next step's past), both
+        left on the device. Nothing stays bound afterwards, so dropping a returned
         tensor frees it."""
         dtype = self._ids_dtype
         host = [
@@ -249,5 +265,7 @@ class Stepper:
             host.append(("position_ids", np.ascontiguousarray(position_ids, dtype=dtype)))
         if self._cache_branch:
             host.append(("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]])))
+        if self._keep_last:
+            host.append(("logits_to_keep", _LAST))
         logits, *presents = self.binding.step(host, zip(self._past_names, past, strict=True), self._outputs)
         return logits, presents
