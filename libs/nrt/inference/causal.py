@@ -244,6 +244,9 @@ class Stepper:
         self._cache_branch = model.signature.has_use_cache_branch
         self._keep_last = model.signature.has_logits_to_keep
         self._ids_dtype = model.ids_dtype
+        self._logits_dtype = np.dtype(model.signature.logits_dtype)
+        self._vocab = model.spec.vocab_size
+        self._logits: OrtValue | None = None  # [B, 1, vocab], reused while the batch size stays
 
     def run(
         self,
@@ -255,7 +258,10 @@ class Stepper:
         """One run: the logits ``[B, new, vocab]`` (``[B, 1, vocab]``, the last position only,
         when the graph takes ``logits_to_keep``) and the presents (the next step's past), both
         left on the device. Nothing stays bound afterwards, so dropping a returned
-        tensor frees it."""
+        tensor frees it.
+
+        Logits of one position per row go to a buffer allocated once per batch size and reused
+        by the next run of that size: read them before running again."""
         dtype = self._ids_dtype
         host = [
             ("input_ids", np.ascontiguousarray(input_ids, dtype=dtype)),
@@ -267,5 +273,16 @@ class Stepper:
             host.append(("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]])))
         if self._keep_last:
             host.append(("logits_to_keep", _LAST))
-        logits, *presents = self.binding.step(host, zip(self._past_names, past, strict=True), self._outputs)
+        into: list[tuple[str, OrtValue]] = []
+        outputs = self._outputs
+        if self._keep_last or input_ids.shape[1] == 1:
+            into.append(("logits", self._logits_buffer(int(input_ids.shape[0]))))
+            outputs = outputs[1:]
+        logits, *presents = self.binding.step(host, zip(self._past_names, past, strict=True), into, outputs)
         return logits, presents
+
+    def _logits_buffer(self, batch: int) -> OrtValue:
+        buffer = self._logits
+        if buffer is None or buffer.shape()[0] != batch:
+            buffer = self._logits = self.model.ops.allocate([batch, 1, self._vocab], self._logits_dtype)
+        return buffer

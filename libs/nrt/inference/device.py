@@ -21,6 +21,7 @@ batch, a row and a session may share tensors without copying.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,22 +115,26 @@ class Binding:
 
     def run(self) -> list[OrtValue]:
         """Run the session; the bound outputs in binding order."""
-        return self.step((), (), ())
+        return self.step((), (), (), ())
 
     def step(
         self,
         host: Iterable[tuple[str, np.ndarray]],
         values: Iterable[tuple[str, OrtValue]],
+        into: Iterable[tuple[str, OrtValue]],
         outputs: Iterable[str],
     ) -> list[OrtValue]:
-        """Bind ``host`` arrays, device ``values`` and ``outputs`` (on the device) on top of what
-        is bound already, and run: the hot path of a decode step, in one Python frame."""
+        """Bind ``host`` arrays, device ``values``, outputs ``into`` preallocated tensors and
+        ``outputs`` (allocated by ORT on the device) on top of what is bound already, and run:
+        the hot path of a decode step, in one Python frame. Outputs come back in that order."""
         binding = self._binding
         try:
             for name, array in host:  # the caller holds the arrays until this returns
                 binding.bind_input(name, array)
             for name, value in values:
                 binding.bind_ortvalue_input(name, value)
+            for name, value in into:
+                binding.bind_ortvalue_output(name, value)
             device = self.device
             for name in outputs:
                 binding.bind_output(name, device)
@@ -176,6 +181,7 @@ class DeviceOps:
         self._tail = Binding(tail_session, self.device_type, self.device_id)
         self._sessions = (slice_session, tail_session)
         self._empty: dict[int, KV] = {}
+        self._lock = threading.Lock()  # the helper bindings are state; the scheduler thread is their usual only user
         self._slice_inputs = [f"x{i}" for i in range(tensors)]
         self._slice_outputs = [f"y{i}" for i in range(tensors)]
 
@@ -202,9 +208,9 @@ class DeviceOps:
             empty = self._empty[batch] = [self.allocate(shape) for _ in range(self.tensors)]
         return empty
 
-    def allocate(self, shape: Sequence[int]) -> OrtValue:
-        """An uninitialised tensor of the cache's element type on the device."""
-        return OrtValue.ortvalue_from_shape_and_type(list(shape), self.kv_dtype, self._device)
+    def allocate(self, shape: Sequence[int], dtype: np.dtype[Any] | None = None) -> OrtValue:
+        """An uninitialised tensor on the device (of the cache's element type by default)."""
+        return OrtValue.ortvalue_from_shape_and_type(list(shape), dtype or self.kv_dtype, self._device)
 
     def select(self, past: Sequence[OrtValue], rows: Sequence[int], start: int, end: int) -> KV:
         """A new cache of rows ``rows`` and columns ``[start, end)`` of ``past``."""
@@ -216,6 +222,11 @@ class DeviceOps:
         batch = sum(len(p.rows) for p in pieces)
         out = [self.allocate([batch, self.heads, width, self.head_dim]) for _ in range(self.tensors)]
         row_bytes = self.heads * width * self.head_dim * self.kv_dtype.itemsize
+        with self._lock:
+            self._assemble_into(out, pieces, width, row_bytes)
+        return out
+
+    def _assemble_into(self, out: KV, pieces: Sequence[Piece], width: int, row_bytes: int) -> None:
         first = 0
         binding = self._slice
         for piece in pieces:
@@ -234,7 +245,6 @@ class DeviceOps:
                 binding.output_into(name, self.kv_dtype, shape, target.data_ptr() + first * row_bytes)
             binding.run()
             first += count
-        return out
 
     def to_host(self, past: Sequence[OrtValue]) -> list[np.ndarray]:
         """Host copies of cache tensors (tests and diagnostics; the serving path never needs them)."""
@@ -256,9 +266,10 @@ class DeviceOps:
         if self._host_logits:
             host: FloatArray = logits.numpy()[:, -1, :]
             return host
-        self._tail.input("logits", logits)
-        self._tail.host_output("last")
-        out: FloatArray = self._tail.run()[0].numpy()
+        with self._lock:
+            self._tail.input("logits", logits)
+            self._tail.host_output("last")
+            out: FloatArray = self._tail.run()[0].numpy()
         return out
 
     def greedy(self, logits: OrtValue) -> IntArray:
@@ -266,9 +277,10 @@ class DeviceOps:
         if self._host_logits:
             ids: IntArray = logits.numpy()[:, -1, :].argmax(axis=-1)
             return ids
-        self._tail.input("logits", logits)
-        self._tail.host_output("argmax")
-        chosen: IntArray = self._tail.run()[0].numpy()
+        with self._lock:
+            self._tail.input("logits", logits)
+            self._tail.host_output("argmax")
+            chosen: IntArray = self._tail.run()[0].numpy()
         return chosen
 
 
