@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nrt.inference import BatchingGenerator, CausalLM
+from nrt.inference import BatchingGenerator, CausalLM, build_session, load_weights
 from nrt.testing.tiny_models import build_tiny_gemma3, build_tiny_llama, cached_build
 
 
@@ -38,9 +38,12 @@ def tiny_gemma3_no_positions_dir(tiny_models_root: Path) -> Path:
     )
 
 
-@pytest.fixture(scope="session")
-def tiny_llama(tiny_llama_dir: Path) -> CausalLM:
-    return CausalLM.load(tiny_llama_dir, ["CPUExecutionProvider"])
+@pytest.fixture(scope="session", params=["host-views", "helper-graphs"])
+def tiny_llama(request: pytest.FixtureRequest, tiny_llama_dir: Path) -> CausalLM:
+    """The CPU provider's serving path (logits read as numpy views), and the path every other
+    device takes (logits through the helper graphs), so CI runs the device logic without a GPU."""
+    session = build_session(load_weights(tiny_llama_dir), ["CPUExecutionProvider"])
+    return CausalLM(session, tiny_llama_dir, helper_graphs=request.param == "helper-graphs")
 
 
 @pytest.fixture

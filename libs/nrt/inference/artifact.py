@@ -81,8 +81,10 @@ class GraphSignature(msgspec.Struct, frozen=True):
     present_names: tuple[str, ...]  # present.{i}.key, .value, ... matching past_names
     has_position_ids: bool
     has_use_cache_branch: bool
+    has_logits_to_keep: bool  # the LM head projects only the last N positions (0: all)
     ids_dtype: str  # numpy dtype name of input_ids / attention_mask / position_ids
     kv_dtype: str  # numpy dtype name of the past key/value tensors
+    logits_dtype: str  # numpy dtype name of the logits output
     vocab_size: int | None  # from the logits output shape when static
     num_kv_heads: int | None  # from the past input shape when static
     head_dim: int | None
@@ -180,8 +182,10 @@ def read_signature(session: ort.InferenceSession) -> GraphSignature:
         present_names=present_names,
         has_position_ids="position_ids" in inputs,
         has_use_cache_branch="use_cache_branch" in inputs,
+        has_logits_to_keep="logits_to_keep" in inputs,
         ids_dtype=numpy_dtype(inputs["input_ids"].type) or "int64",
         kv_dtype=numpy_dtype(past0.type) or "float32",
+        logits_dtype=numpy_dtype(outputs["logits"].type) or "float32",
         vocab_size=static_dim(logits_shape[-1]) if logits_shape else None,
         num_kv_heads=static_dim(past0.shape[1]) if len(past0.shape) == 4 else None,
         head_dim=static_dim(past0.shape[3]) if len(past0.shape) == 4 else None,

@@ -24,6 +24,8 @@ def bare_greedy(session: ort.InferenceSession, ids: Sequence[int], n: int) -> li
     feed: dict[str, np.ndarray] = {
         i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=_DTYPES.get(i.type, np.float32)) for i in past_inputs
     }
+    if any(i.name == "logits_to_keep" for i in inputs):  # the graph can skip the logits it would discard
+        feed["logits_to_keep"] = np.array(1, dtype=np.int64)
     step_ids = np.array([list(ids)], dtype=np.int64)
     length = 0
     out: list[int] = []

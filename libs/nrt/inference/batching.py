@@ -14,6 +14,11 @@ One scheduler thread per model owns the ONNX session. Each iteration it
    that hides each row's left padding, and ``position_ids`` = each row's own length, so
    every row computes exactly what it would compute alone.
 
+The forward pass binds its inputs and outputs with IOBinding (:class:`~nrt.inference.causal.Stepper`):
+the cache stays on the session's device as ``OrtValue`` s from prefill to the last step and
+into the session store, regrouping runs on the device too, and only logits (only the chosen
+ids when every row is greedy, on a device other than the CPU) come back to the host.
+
 Chunks go back to each request's event loop through a per-loop mailbox: one
 ``call_soon_threadsafe`` wakes the loop, and chunks produced while it is still busy join
 the pending delivery. A request that does not stream gets one chunk, when it finishes.
@@ -36,9 +41,10 @@ import msgspec
 import numpy as np
 
 from nrt.inference.causal import CausalLM
+from nrt.inference.device import KV, OrtValue
 from nrt.inference.errors import GeneratorClosedError
 from nrt.inference.generation import Generation, start_generation
-from nrt.inference.kv import BatchKV, RowKV, SessionKV, common_prefix
+from nrt.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
 from nrt.inference.sessions import SessionStore, SessionUsage
 from nrt.inference.structs import Chunk, GenerationRequest
 
@@ -84,7 +90,7 @@ class _Mailbox:
 class _Prefill:
     """A prompt part-way through prefill: its cache so far and how many tokens it covers."""
 
-    past: list[np.ndarray]
+    past: KV
     done: int
 
 
@@ -184,6 +190,8 @@ class BatchingGenerator:
         self._prefilling: deque[_Ticket] = deque()  # admitted, prompt not fully run yet
         self._kv = BatchKV()
         self._next = np.zeros((0, 1), dtype=np.int64)
+        self._stepper = model.stepper()
+        self._ops = model.ops
         self._steps = 0
         self._rebuilds = 0
 
@@ -345,9 +353,9 @@ class BatchingGenerator:
         cached = self.sessions.take(session_id) if session_id else None
         reuse = min(common_prefix(cached.tokens, prompt), len(prompt) - 1) if cached is not None else 0
         if cached is None or reuse <= 0:
-            return _Prefill(self.model.empty_past(), 0)
+            return _Prefill(self._ops.empty_past(), 0)
         gen.cached_tokens = reuse
-        return _Prefill(cached.prefix(reuse).past, reuse)
+        return _Prefill(cached.prefix(reuse, self._ops).past, reuse)
 
     def _prefill_chunk(self, ticket: _Ticket, outbox: _Outbox) -> tuple[int, RowKV | None]:
         """Run the next chunk of a prompt. When the prompt is done, choose and stream the
@@ -360,7 +368,7 @@ class BatchingGenerator:
         ids = np.array([prompt[start:end]], dtype=np.int64)
         mask = np.ones((1, end), dtype=np.int64)
         positions = np.arange(start, end, dtype=np.int64)[None, :]
-        logits, state.past = self.model.forward(ids, mask, positions, state.past)
+        logits, state.past = self._stepper.run(ids, mask, positions, state.past)
         state.done = end
         if end < len(prompt):
             ticket.prefill = state
@@ -368,26 +376,38 @@ class BatchingGenerator:
         ticket.prefill = None
         gen.prefilled_tokens = len(prompt) - gen.cached_tokens
         gen.t_prefill_end = time.perf_counter()
-        outbox.put(ticket, gen.accept(gen.sampler.choose(logits[0])))
+        outbox.put(ticket, gen.accept(self._first_token(gen, logits)))
         if gen.finished:
             self._keep_session(gen, tuple(state.past))
             return end - start, None
         return end - start, RowKV(state.past, len(prompt))
 
+    def _first_token(self, gen: Generation, logits: OrtValue) -> int:
+        """The token after a prompt: only its id comes to the host when greedy."""
+        if gen.sampler.greedy:
+            return int(self._ops.greedy(logits)[0])
+        return gen.sampler.choose(self._ops.last_logits(logits)[0])
+
     def _decode(self, outbox: _Outbox) -> None:
         kv = self._kv
-        logits, presents = self.model.forward(self._next, kv.attention_mask(), kv.lengths[:, None], kv.past)
+        output, presents = self._stepper.run(self._next, kv.attention_mask(), kv.lengths[:, None], kv.past)
         kv.advance(presents)
         self._steps += 1
         size = kv.size
         if self.on_step is not None:
             self.on_step(size)
-        greedy = logits.argmax(axis=-1)
+        rows = self._rows
+        if all(t.gen.sampler.greedy for t in rows):  # only the ids come to the host
+            logits = None
+            greedy = self._ops.greedy(output)
+        else:
+            logits = self._ops.last_logits(output)
+            greedy = logits.argmax(axis=-1)
         finished: list[int] = []
-        for b, ticket in enumerate(self._rows):
+        for b, ticket in enumerate(rows):
             gen = ticket.gen
             sampler = gen.sampler
-            token = int(greedy[b]) if sampler.greedy else sampler.choose(logits[b])
+            token = int(greedy[b]) if logits is None or sampler.greedy else sampler.choose(logits[b])
             if size > gen.batch_size_max:
                 gen.batch_size_max = size
             outbox.put(ticket, gen.accept(token))
@@ -395,14 +415,16 @@ class BatchingGenerator:
             if gen.finished:
                 finished.append(b)
         if finished:
-            for b, arrays in zip(finished, kv.rows(finished), strict=True):
-                self._keep_session(self._rows[b].gen, arrays)
+            for b in finished:
+                gen = self._rows[b].gen
+                if gen.request.session_id is not None:
+                    self._keep_session(gen, kv.row(b, self._ops))
             self._regroup(finished, [])
 
     def _regroup(self, leaving: Sequence[int], joined: Sequence[tuple[_Ticket, RowKV]]) -> None:
         gone = set(leaving)
         keep = [i for i in range(len(self._rows)) if i not in gone]
-        self._kv.rebuild(keep, [row for _, row in joined])
+        self._kv.rebuild(keep, [row for _, row in joined], self._ops)
         self._rows = [self._rows[i] for i in keep] + [t for t, _ in joined]
         self._next = np.concatenate(
             [
@@ -412,12 +434,12 @@ class BatchingGenerator:
         )
         self._rebuilds += 1
 
-    def _keep_session(self, gen: Generation, arrays: tuple[np.ndarray, ...]) -> None:
+    def _keep_session(self, gen: Generation, past: tuple[OrtValue, ...]) -> None:
         session_id = gen.request.session_id
         if session_id is None:
             return
-        length = int(arrays[0].shape[2])
-        self.sessions.put(session_id, SessionKV(tuple(gen.tokens[:length]), arrays, gen.transcript()))
+        length = width_of(past)
+        self.sessions.put(session_id, SessionKV(tuple(gen.tokens[:length]), past, gen.transcript()))
 
     def _fail_all(self, exc: BaseException, outbox: _Outbox) -> None:
         for ticket in [*self._rows, *self._prefilling]:
