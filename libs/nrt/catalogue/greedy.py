@@ -17,6 +17,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from nrt.catalogue.record import ArtifactRecord
+from nrt.inference.artifact import LOGITS_TO_KEEP
 
 Past = dict[str, npt.NDArray[np.floating]]
 
@@ -59,8 +60,13 @@ def forward(
     input_ids: npt.NDArray[np.int64],
     past: Past,
     attention_mask: npt.NDArray[np.int64] | None = None,
+    *,
+    logits_to_keep: int = 0,
 ) -> tuple[npt.NDArray[np.float32], Past]:
-    """One step: logits ``[batch, new_tokens, vocab]`` and the grown past key/values."""
+    """One step: logits ``[batch, new_tokens, vocab]`` and the grown past key/values.
+
+    A graph with a ``logits_to_keep`` input (:mod:`nrt.catalogue.builders.logits`) returns the
+    last ``logits_to_keep`` positions only (0: every position, as a graph without the input does)."""
     _require_causal(record)
     batch, new = input_ids.shape
     past_length = next(iter(past.values())).shape[2]
@@ -70,6 +76,8 @@ def forward(
     if record.position_ids_input is not None:
         positions = np.cumsum(attention_mask, axis=1) - 1
         feed[record.position_ids_input] = np.maximum(positions[:, -new:], 0).astype(np.int64)
+    if any(i.name == LOGITS_TO_KEEP for i in session.get_inputs()):
+        feed[LOGITS_TO_KEEP] = np.array(logits_to_keep, dtype=np.int64)
     assert record.logits_output is not None
     outputs = session.run([record.logits_output, *record.present_outputs], feed)
     logits = outputs[0]
@@ -93,12 +101,14 @@ def greedy(
             f"{len(prompt_ids)} + {max_new_tokens} tokens exceed the context length {record.context_length}"
         )
     started = time.perf_counter()
-    logits, past = forward(session, record, np.array([list(prompt_ids)], dtype=np.int64), empty_past(record))
+    logits, past = forward(
+        session, record, np.array([list(prompt_ids)], dtype=np.int64), empty_past(record), logits_to_keep=1
+    )
     token = int(np.argmax(logits[0, -1]))
     prefilled = time.perf_counter()
     generated = [token]
     while len(generated) < max_new_tokens and not (stop_at_eos and token in record.eos_token_ids):
-        logits, past = forward(session, record, np.array([[token]], dtype=np.int64), past)
+        logits, past = forward(session, record, np.array([[token]], dtype=np.int64), past, logits_to_keep=1)
         token = int(np.argmax(logits[0, -1]))
         generated.append(token)
     finished = time.perf_counter()

@@ -18,6 +18,7 @@ import onnxruntime as ort
 
 from nrt.inference.errors import ArtifactError
 
+LOGITS_TO_KEEP = "logits_to_keep"  # optional input: the LM head projects only the last N positions (0: all)
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
@@ -182,7 +183,7 @@ def read_signature(session: ort.InferenceSession) -> GraphSignature:
         present_names=present_names,
         has_position_ids="position_ids" in inputs,
         has_use_cache_branch="use_cache_branch" in inputs,
-        has_logits_to_keep="logits_to_keep" in inputs,
+        has_logits_to_keep=LOGITS_TO_KEEP in inputs,
         ids_dtype=numpy_dtype(inputs["input_ids"].type) or "int64",
         kv_dtype=numpy_dtype(past0.type) or "float32",
         logits_dtype=numpy_dtype(outputs["logits"].type) or "float32",

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
+from nrt.inference.artifact import LOGITS_TO_KEEP
+
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -24,8 +26,8 @@ def bare_greedy(session: ort.InferenceSession, ids: Sequence[int], n: int) -> li
     feed: dict[str, np.ndarray] = {
         i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=_DTYPES.get(i.type, np.float32)) for i in past_inputs
     }
-    if any(i.name == "logits_to_keep" for i in inputs):  # the graph can skip the logits it would discard
-        feed["logits_to_keep"] = np.array(1, dtype=np.int64)
+    if any(i.name == LOGITS_TO_KEEP for i in inputs):  # the graph can skip the logits it would discard
+        feed[LOGITS_TO_KEEP] = np.array(1, dtype=np.int64)
     step_ids = np.array([list(ids)], dtype=np.int64)
     length = 0
     out: list[int] = []

@@ -25,6 +25,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from nrt.inference.artifact import (
+    LOGITS_TO_KEEP,
     TOKENIZER_FILE,
     CausalSpec,
     GraphSignature,
@@ -223,7 +224,7 @@ class CausalLM:
         if self.signature.has_use_cache_branch:
             feed["use_cache_branch"] = np.array([attention_mask.shape[1] > input_ids.shape[1]])
         if self.signature.has_logits_to_keep:
-            feed["logits_to_keep"] = logits_to_keep
+            feed[LOGITS_TO_KEEP] = logits_to_keep
         feed.update(zip(self.signature.past_names, past, strict=True))
         logits, *presents = self.session.run(self._output_names, feed)
         return logits, presents
@@ -272,7 +273,7 @@ class Stepper:
         if self._cache_branch:
             host.append(("use_cache_branch", np.array([attention_mask.shape[1] > input_ids.shape[1]])))
         if self._keep_last:
-            host.append(("logits_to_keep", _LAST))
+            host.append((LOGITS_TO_KEEP, _LAST))
         into: list[tuple[str, OrtValue]] = []
         outputs = self._outputs
         if self._keep_last or input_ids.shape[1] == 1:

