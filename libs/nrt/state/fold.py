@@ -196,7 +196,7 @@ def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
 
 def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterState:
     session = state.sessions.get(e.session_id)
-    counters = _count(state.counters, kv_evictions=1)
+    counters = replace(state.counters, kv_evictions=state.counters.kv_evictions + 1)
     if session is None:
         return replace(state, counters=counters)
     updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True, evicted_reason=e.reason)
@@ -211,21 +211,22 @@ def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
     return replace(
         state,
         in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
-        counters=_count(state.counters, requests_admitted=1),
+        counters=replace(state.counters, requests_admitted=state.counters.requests_admitted + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
     )
 
 
-def _classified(state: ClusterState, e: RouterFired | RequestRouted) -> ClusterState:
-    """The entry model fired: it was used, and chose an intent (or none)."""
+def _classified(state: ClusterState, e: RouterFired | RequestRouted, dispatches: int = 0) -> ClusterState:
+    """The entry model fired: it was used, and chose an intent (or none); ``dispatches`` counts a dispatch too."""
     label = e.intent if e.intent is not None else "<none>"
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
+    counters = state.counters
     return replace(
         state,
         models=_with(state.models, e.model_id, updated),
         intents=_with(state.intents, label, state.intents.get(label, 0) + 1),
-        counters=_count(state.counters, router_fired=1),
+        counters=replace(counters, router_fired=counters.router_fired + 1, dispatches=counters.dispatches + dispatches),
     )
 
 
@@ -239,23 +240,23 @@ def _router_calibrated(state: ClusterState, e: RouterCalibrated) -> ClusterState
 
 
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
-    return replace(state, counters=_count(state.counters, dispatches=1))
+    return replace(state, counters=replace(state.counters, dispatches=state.counters.dispatches + 1))
 
 
 def _request_routed(state: ClusterState, e: RequestRouted) -> ClusterState:
     """The decision and the dispatch in one event: it folds as the two events it replaces."""
-    after = _classified(state, e)
-    return replace(after, counters=_count(after.counters, dispatches=1))
+    return _classified(state, e, dispatches=1)
 
 
 def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState:
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
-    counters = _count(
-        state.counters,
-        requests_completed=1,
-        prompt_tokens=e.prompt_tokens,
-        completion_tokens=e.completion_tokens,
+    counters = state.counters
+    counters = replace(
+        counters,
+        requests_completed=counters.requests_completed + 1,
+        prompt_tokens=counters.prompt_tokens + e.prompt_tokens,
+        completion_tokens=counters.completion_tokens + e.completion_tokens,
     )
     return replace(
         state,
@@ -277,7 +278,7 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
     return replace(
         state,
         in_flight=_without(state.in_flight, e.request_id),
-        counters=_count(state.counters, requests_failed=1),
+        counters=replace(state.counters, requests_failed=state.counters.requests_failed + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
     )
 
