@@ -241,9 +241,21 @@ class ClusterStateService:
         self._tasks.append(asyncio.create_task(writer.run(self.stopping), name="cluster_state snapshots"))
 
     async def _reseed(self) -> None:
-        """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""
+        """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``). A stream whose
+        retention dropped the manifest in force is not behind: its followers start from our snapshot."""
         cluster = self.controller.cluster
-        if cluster.manifest_version == 0 or await stream_holds_manifest(self.broker.connection.jetstream(), cluster):
+        js = self.broker.connection.jetstream()
+        if cluster.manifest_version == 0 or await stream_holds_manifest(js, cluster):
+            return
+        first = (await js.stream_info(subjects.EVENTS_STREAM)).state.first_seq
+        if first > 1:
+            log.info(
+                "the stream starts at sequence %d, after the manifest in force (v%d): followers that start now "
+                "take it from this service's snapshot (%s)",
+                first,
+                cluster.manifest_version,
+                subjects.STATE_SNAPSHOT,
+            )
             return
         events = await state_in_force(self.store)
         for event in events:

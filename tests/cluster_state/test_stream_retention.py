@@ -165,6 +165,24 @@ async def test_decisions_the_stream_carries_after_the_snapshot_are_folded_once(
     assert state == service.controller.cluster == await _whole_log(event_store)  # ... and was not folded twice
 
 
+async def test_a_restart_on_a_stream_that_dropped_its_start_puts_nothing_back_on_it(
+    nc: Client, broker: NatsBroker, event_store: EventStore, start_cluster_state: StartService
+) -> None:
+    """The stream lacks the manifest in force because its limits dropped it, not because it is new: no re-seed
+    (whose copies a running follower would fold a second time); a follower starts from the snapshot."""
+    first = await _behind_the_stream(nc, event_store, start_cluster_state, n=150)
+    await first.stop()
+    end = await _last_seq(nc)
+    again = await start_cluster_state(manifest_text=manifest_text(), tuning=QUIET, keys=KEYS, stream_limits=LIMITS)
+    await asyncio.sleep(0.3)
+    assert await _last_seq(nc) == end
+    follower = EventFollower(broker)
+    await follower.start()
+    assert follower.snapshot is not None
+    state = await _followed_to(follower, end)
+    assert state == again.controller.cluster == await _whole_log(event_store)
+
+
 async def test_a_follower_of_a_whole_stream_folds_it_from_its_start(
     nc: Client, broker: NatsBroker, event_store: EventStore, start_cluster_state: StartService
 ) -> None:
