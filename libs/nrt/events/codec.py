@@ -34,25 +34,22 @@ def decode(data: bytes | str, version: int | None = None) -> AnyEvent:
     version header); a body older than its type's ``VERSION`` goes through the upcasters first
     (``nrt.events.upcasters``). None: written at the current version.
     """
-    if version is not None:
-        return _decode_versioned(data, version)
-    try:
-        return _decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise EventDecodeError(f"not a valid event: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise EventDecodeError(f"not valid JSON: {exc}") from exc
-
-
-def _decode_versioned(data: bytes | str, version: int) -> AnyEvent:
     # Nearly every body is at its type's current version: one typed decode, no JSON object in between.
     try:
         event: AnyEvent = _decoder.decode(data)
-    except msgspec.DecodeError:  # an older body may lack a field its type now requires
-        pass
+    except msgspec.ValidationError as exc:
+        if version is None:
+            raise EventDecodeError(f"not a valid event: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise EventDecodeError(f"not valid JSON: {exc}") from exc
     else:
-        if version == event.VERSION:
+        if version is None or version == event.VERSION:
             return event
+    assert version is not None  # None returned or raised above
+    return _decode_versioned(data, version)  # an older body (which may lack a field its type now requires)
+
+
+def _decode_versioned(data: bytes | str, version: int) -> AnyEvent:
     try:
         body = _object_decoder.decode(data)
     except msgspec.DecodeError as exc:

@@ -45,8 +45,7 @@ if TYPE_CHECKING:
 def evolve(state: ClusterState, event: Event) -> ClusterState:
     """The state after ``event``; ``state`` itself is left untouched."""
     handler = _HANDLERS.get(type(event))
-    after = handler(state, event) if handler is not None else state
-    return replace(after, events_applied=after.events_applied + 1, last_event_at=event.occurred_at)
+    return handler(state, event) if handler is not None else _next(state, event)
 
 
 def fold(events: Iterable[Event], state: ClusterState | None = None) -> ClusterState:
@@ -55,6 +54,11 @@ def fold(events: Iterable[Event], state: ClusterState | None = None) -> ClusterS
     for event in events:
         current = evolve(current, event)
     return current
+
+
+def _next(state: ClusterState, e: Event, **changes: Any) -> ClusterState:
+    """``state`` with ``changes`` after ``e``, counted as applied: each handler's one copy of the state."""
+    return replace(state, events_applied=state.events_applied + 1, last_event_at=e.occurred_at, **changes)
 
 
 def _count(counters: Counters, **increments: int) -> Counters:
@@ -83,8 +87,9 @@ def _model(state: ClusterState, model_id: str) -> ModelState:
 
 
 def _manifest_applied(state: ClusterState, e: ManifestApplied) -> ClusterState:
-    return replace(
+    return _next(
         state,
+        e,
         cluster=e.cluster,
         manifest_version=e.version,
         manifest_digest=e.digest,
@@ -96,12 +101,12 @@ def _manifest_applied(state: ClusterState, e: ManifestApplied) -> ClusterState:
 
 
 def _drain_started(state: ClusterState, e: DrainStarted) -> ClusterState:
-    return replace(state, draining=True, drain_to_version=e.to_version, counters=_count(state.counters, drains=1))
+    return _next(state, e, draining=True, drain_to_version=e.to_version, counters=_count(state.counters, drains=1))
 
 
 def _drain_completed(state: ClusterState, e: DrainCompleted) -> ClusterState:
     # A completed drain stops admission waits; the cut-over itself is the ManifestApplied that follows.
-    return replace(state, draining=False, drain_to_version=None)
+    return _next(state, e, draining=False, drain_to_version=None)
 
 
 def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
@@ -115,7 +120,7 @@ def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
         joined_at=e.occurred_at,
         role=e.role,
     )
-    return replace(state, workers=_with(state.workers, e.worker_id, worker))
+    return _next(state, e, workers=_with(state.workers, e.worker_id, worker))
 
 
 def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
@@ -128,7 +133,7 @@ def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
         for model_id, model in state.models.items()
     }
     sessions = {sid: s for sid, s in state.sessions.items() if s.worker_id != e.worker_id}
-    return replace(state, workers=workers, models=models, sessions=sessions)
+    return _next(state, e, workers=workers, models=models, sessions=sessions)
 
 
 def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
@@ -137,7 +142,7 @@ def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
         worker_id=e.worker_id, tier=Tier.UNLOADED, since=e.occurred_at
     )
     updated = replace(model, artifact=e.artifact, placements=_with(model.placements, e.worker_id, placement))
-    return replace(state, models=_with(state.models, e.model_id, updated))
+    return _next(state, e, models=_with(state.models, e.model_id, updated))
 
 
 def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
@@ -158,7 +163,7 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         calibrated=model.calibrated if placements else None,  # held nowhere: a reload calibrates anew
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
-    return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
+    return _next(state, e, models=_with(state.models, e.model_id, updated), counters=counters)
 
 
 def _session_opened(state: ClusterState, e: SessionOpened) -> ClusterState:
@@ -169,7 +174,7 @@ def _session_opened(state: ClusterState, e: SessionOpened) -> ClusterState:
         opened_at=e.occurred_at,
         last_used_at=e.occurred_at,
     )
-    return replace(state, sessions=_with(state.sessions, e.session_id, session))
+    return _next(state, e, sessions=_with(state.sessions, e.session_id, session))
 
 
 def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
@@ -191,25 +196,26 @@ def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
         kv_evicted=False,
         evicted_reason=None,
     )
-    return replace(state, sessions=_with(state.sessions, e.session_id, updated))
+    return _next(state, e, sessions=_with(state.sessions, e.session_id, updated))
 
 
 def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterState:
     session = state.sessions.get(e.session_id)
     counters = replace(state.counters, kv_evictions=state.counters.kv_evictions + 1)
     if session is None:
-        return replace(state, counters=counters)
+        return _next(state, e, counters=counters)
     updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True, evicted_reason=e.reason)
-    return replace(state, sessions=_with(state.sessions, e.session_id, updated), counters=counters)
+    return _next(state, e, sessions=_with(state.sessions, e.session_id, updated), counters=counters)
 
 
 def _session_closed(state: ClusterState, e: SessionClosed) -> ClusterState:
-    return replace(state, sessions=_without(state.sessions, e.session_id))
+    return _next(state, e, sessions=_without(state.sessions, e.session_id))
 
 
 def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
-    return replace(
+    return _next(
         state,
+        e,
         in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
         counters=replace(state.counters, requests_admitted=state.counters.requests_admitted + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
@@ -222,8 +228,9 @@ def _classified(state: ClusterState, e: RouterFired | RequestRouted, dispatches:
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
     counters = state.counters
-    return replace(
+    return _next(
         state,
+        e,
         models=_with(state.models, e.model_id, updated),
         intents=_with(state.intents, label, state.intents.get(label, 0) + 1),
         counters=replace(counters, router_fired=counters.router_fired + 1, dispatches=counters.dispatches + dispatches),
@@ -236,11 +243,11 @@ def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
 
 def _router_calibrated(state: ClusterState, e: RouterCalibrated) -> ClusterState:
     updated = replace(_model(state, e.model_id), calibrated=e)
-    return replace(state, models=_with(state.models, e.model_id, updated))
+    return _next(state, e, models=_with(state.models, e.model_id, updated))
 
 
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
-    return replace(state, counters=replace(state.counters, dispatches=state.counters.dispatches + 1))
+    return _next(state, e, counters=replace(state.counters, dispatches=state.counters.dispatches + 1))
 
 
 def _request_routed(state: ClusterState, e: RequestRouted) -> ClusterState:
@@ -258,8 +265,9 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
         prompt_tokens=counters.prompt_tokens + e.prompt_tokens,
         completion_tokens=counters.completion_tokens + e.completion_tokens,
     )
-    return replace(
+    return _next(
         state,
+        e,
         models=_with(state.models, e.model_id, updated),
         in_flight=_without(state.in_flight, e.request_id),
         counters=counters,
@@ -275,8 +283,9 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
 
 
 def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
-    return replace(
+    return _next(
         state,
+        e,
         in_flight=_without(state.in_flight, e.request_id),
         counters=replace(state.counters, requests_failed=state.counters.requests_failed + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
@@ -285,7 +294,7 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
 
 def _api_key_created(state: ClusterState, e: ApiKeyCreated) -> ClusterState:
     if e.key_id in state.api_keys:  # a key id names one key for good: a second creation changes nothing
-        return state
+        return _next(state, e)
     key = ApiKey(
         key_id=e.key_id,
         name=e.name,
@@ -296,14 +305,14 @@ def _api_key_created(state: ClusterState, e: ApiKeyCreated) -> ClusterState:
         created_at=e.occurred_at,
         created_by=e.created_by,
     )
-    return replace(state, api_keys=_with(state.api_keys, e.key_id, key))
+    return _next(state, e, api_keys=_with(state.api_keys, e.key_id, key))
 
 
 def _api_key_revoked(state: ClusterState, e: ApiKeyRevoked) -> ClusterState:
     key = state.api_keys.get(e.key_id)
     if key is None or not key.live:
-        return state
-    return replace(state, api_keys=_with(state.api_keys, e.key_id, replace(key, revoked_at=e.occurred_at)))
+        return _next(state, e)
+    return _next(state, e, api_keys=_with(state.api_keys, e.key_id, replace(key, revoked_at=e.occurred_at)))
 
 
 def _used(keys: dict[str, ApiKey], key_id: str | None, at: datetime, **increments: int) -> dict[str, ApiKey]:
