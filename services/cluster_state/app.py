@@ -44,4 +44,5 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         stream_limits=StreamLimits.of(settings),
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
+    ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded
     await service.run(ctx.stopping)

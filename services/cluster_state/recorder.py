@@ -203,6 +203,7 @@ class Recorder:
         first = messages[0].metadata.sequence.stream
         if first > self.sequence + 1:
             self.lost += first - self.sequence - 1
+            self.metrics.lost.inc(first - self.sequence - 1)
             log.error(
                 "stream sequences %d..%d were dropped by the stream's retention limits before they were recorded: "
                 "they never reach the log (%d lost since start); raise NRT_EVENTS_STREAM_MAX_MSGS / "

@@ -73,8 +73,9 @@ async def _settled(nc: Client, store: EventStore, within: float = 20.0) -> int:
     """Wait until the recorder has checkpointed the stream's end and the decision outbox is empty; the end."""
     deadline = asyncio.get_running_loop().time() + within
     while True:
+        published = not await store.unpublished()  # first: a decision leaves the outbox once the stream has it
         end = await _last_seq(nc)
-        if await store.checkpoint("cluster_state") >= end and not await store.unpublished():
+        if published and await store.checkpoint("cluster_state") >= end:
             return end
         assert asyncio.get_running_loop().time() < deadline, f"the recorder did not reach the stream's end ({end})"
         await asyncio.sleep(0.05)
@@ -235,5 +236,6 @@ async def test_what_the_stream_drops_before_it_is_recorded_is_counted_and_logged
     release.set()
     await _settled(nc, event_store)
     assert service.recorder.lost == 100 - LIMITS.max_msgs
+    assert service.metrics.registry.get_sample_value("nrt_events_lost_total") == 100 - LIMITS.max_msgs
     assert "dropped by the stream's retention limits before they were recorded" in caplog.text
     assert await event_store.head() == head + 1 + LIMITS.max_msgs

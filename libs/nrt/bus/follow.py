@@ -110,8 +110,8 @@ class EventFollower:
                 self._changed.notify_all()
 
     async def _snapshot(self, js: JetStreamContext) -> StreamSnapshot:
-        """cluster_state's fold placed on the stream, once it answers with one the stream still continues
-        (its sequence at or after the message before the stream's first); asked again until then."""
+        """cluster_state's fold placed on the stream, once it answers with one this stream continues (its
+        sequence from the message before the stream's first to the stream's last); asked again until then."""
         delay = 0.1
         while True:
             try:
@@ -123,14 +123,18 @@ class EventFollower:
                     "the stream lacks its start and cluster_state gives no snapshot yet (%s); asking again", exc
                 )
             else:
-                first = (await js.stream_info(subjects.EVENTS_STREAM)).state.first_seq
-                if snapshot.sequence + 1 >= first:
+                stream = (await js.stream_info(subjects.EVENTS_STREAM)).state
+                if stream.first_seq - 1 <= snapshot.sequence <= stream.last_seq:
                     return snapshot
                 log.warning(
-                    "cluster_state's snapshot covers the stream up to sequence %d, the stream starts at %d: "
-                    "what lies between is gone from it; asking again",
+                    "cluster_state's snapshot covers the stream up to sequence %d, the stream holds %d..%d: %s; "
+                    "asking again",
                     snapshot.sequence,
-                    first,
+                    stream.first_seq,
+                    stream.last_seq,
+                    "what lies between is gone from it"
+                    if snapshot.sequence < stream.first_seq
+                    else "cluster_state has not recorded this stream yet",
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -145,10 +149,10 @@ class EventFollower:
         self.sequence = self.broker.context.get("message").raw_message.metadata.sequence.stream
         if self._ahead and event.event_id in self._ahead:
             self._ahead.discard(event.event_id)
-            return
-        self.state = evolve(self.state, event)
-        for listener in self._listeners:
-            listener(event, self.state)
+        else:
+            self.state = evolve(self.state, event)
+            for listener in self._listeners:
+                listener(event, self.state)
         async with self._changed:
             self._changed.notify_all()
 
