@@ -218,6 +218,11 @@ class StateMetrics:
         self.rejected = Counter(
             "nrt_events_rejected_total", "Events refused: their subject may not carry their type", registry=r
         )
+        self.lost = Counter(
+            "nrt_events_lost_total",
+            "Stream messages its retention limits dropped before they were recorded (never in the log)",
+            registry=r,
+        )
         self.stream_sequence = Gauge(
             "nrt_event_stream_sequence", "The JetStream event stream's last sequence, as last seen", registry=r
         )

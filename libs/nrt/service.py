@@ -50,7 +50,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     instance: str
     uptime_s: float
     status: str = "ok"
-    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected)
+    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected, events_lost)
 
 
 @dataclass

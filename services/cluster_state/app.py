@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cluster_state.service import ClusterStateService, ConfigurationError
 from cluster_state.settings import ClusterStateSettings
+from nrt.bus.jetstream import StreamLimits
 from nrt.service import ServiceContext
 from nrt.settings import env_name
 
@@ -40,6 +41,8 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         registry=ctx.registry,
         snapshot_every_events=settings.snapshot_every_events,
         snapshot_every_s=settings.snapshot_every_s,
+        stream_limits=StreamLimits.of(settings),
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
+    ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded
     await service.run(ctx.stopping)

@@ -52,6 +52,7 @@ from nrt.policies import (
 from nrt.policies.bookkeeping import control_timeout
 from nrt.protocol import ControlReply, WorkerHeartbeat
 from nrt.state import ClusterState
+from nrt.state.stream import StreamSnapshot
 from nrt.store import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
 from nrt.vocabulary import Tier
 
@@ -125,6 +126,10 @@ class Controller:
         self.on_decisions_recorded: Callable[[list[RecordedEvent]], None] = lambda _: None
         self.state = state
         self.position = 0  # the log position of the last folded event
+        # Where the fold stands on the events stream: every message up to ``stream_sequence`` is in it, and so are
+        # the decisions in ``_unechoed``, which the stream carries later (committed, not yet back from it).
+        self.stream_sequence = 0
+        self._unechoed: dict[str, None] = {}  # event ids, in the order they were decided
         self.acting = False  # policies run on new events only once the backlog is folded
         self._manifest: Manifest | None = None
         self._manifest_digest: str | None = None
@@ -175,6 +180,33 @@ class Controller:
         """Start from ``cluster``, the fold of the log up to ``position`` (a snapshot), before any event."""
         self.state = replace(self.state, cluster=cluster)
         self.position = position
+
+    def resume_stream(self, sequence: int, unpublished: Sequence[str]) -> None:
+        """At start, before the recorder runs: the fold holds the stream up to ``sequence`` and the decisions
+        ``unpublished`` (the outbox) that the stream does not carry yet."""
+        self.stream_sequence = sequence
+        self._unechoed = dict.fromkeys(unpublished)
+
+    async def stream_snapshot(self) -> StreamSnapshot:
+        """The fold placed on the events stream (``nrt.state.snapshot``), between two transactions: every
+        message up to ``sequence`` is in it, and so are the decisions the stream carries after it."""
+        async with self._write_lock:
+            return StreamSnapshot(
+                state=self.state.cluster,
+                position=self.position,
+                sequence=self.stream_sequence,
+                ahead=tuple(self._unechoed),
+            )
+
+    def _echoed(self, causes: Sequence[Event], checkpoint: Checkpoint | None, decided: list[RecordedEvent]) -> None:
+        """A transaction committed: the stream's messages up to ``checkpoint`` are in the fold (decisions among
+        ``causes`` are back from the stream), and so are the new ``decided``, which the stream carries later."""
+        for event in causes:
+            self._unechoed.pop(event.event_id, None)
+        if checkpoint is not None:
+            self.stream_sequence = checkpoint.sequence
+        for record in decided:
+            self._unechoed[record.event.event_id] = None
 
     def _notify(self) -> None:
         cluster = self.state.cluster
@@ -281,6 +313,7 @@ class Controller:
             except BaseException as exc:
                 self._abandon(exc)
                 raise
+            self._echoed(causes, checkpoint, result.decided)
             self._committed(bool(result.decided))
         head = result.decided[-1].position if result.decided else result.causes.head
         return AppendResult(recorded=result.recorded, duplicates=result.causes.duplicates, head=head)
@@ -301,6 +334,7 @@ class Controller:
             except BaseException as exc:
                 self._abandon(exc)
                 raise
+            self._echoed((), None, result.decided)
             self._committed(bool(result.decided))
         self.on_decisions_recorded(result.decided)
 

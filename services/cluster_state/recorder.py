@@ -18,6 +18,12 @@ On every start the consumer is positioned right after the checkpoint, so the log
 neither misses nor repeats what the stream holds, and nothing a killed predecessor had
 fetched waits for a redelivery behind newer events.
 
+The stream keeps only the recent part of the log (``StreamLimits``, applied to the stream at
+start). The durable consumer does not hold messages back from the limits: what the stream drops
+before it is recorded never reaches the log (logged as an error at start). The limits must
+exceed how far the recorder may fall behind — while cluster_state is down, or slower than the
+traffic — and the recorder warns once it is more than half of ``max_msgs`` behind.
+
 This loop is the one JetStream consumer not on FastStream: it takes what the stream has at
 once, lingers ``linger_s`` for more, commits, then acknowledges; a failed append is retried
 in place and never acknowledged; ``caught_up`` tells the service when the backlog is folded.
@@ -41,7 +47,7 @@ from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
 from nrt.bus.contract import may_carry
-from nrt.bus.jetstream import ensure_events_stream, message_version
+from nrt.bus.jetstream import StreamLimits, ensure_events_stream, message_version
 from nrt.events import Event, EventDecodeError, decode
 from nrt.metrics import StateMetrics
 from nrt.store import AppendResult, Checkpoint, EventLog, RecordedEvent
@@ -68,6 +74,7 @@ class Recorder:
         linger_s: float = 0.05,
         metrics: StateMetrics | None = None,
         append: Append | None = None,  # default: the store's append (cluster_state: the controller's record)
+        limits: StreamLimits | None = None,  # applied to the stream at start (None: create it with the defaults)
     ) -> None:
         self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
@@ -82,12 +89,15 @@ class Recorder:
         # handful of requests' events instead of one per event (the appends are most of our CPU).
         self.linger_s = linger_s
         self.caught_up = asyncio.Event()  # set after the first fetch that finds nothing new
-        self.sequence = 0  # the stream sequence of the last recorded message
+        self.sequence = 0  # the stream sequence of the last message recorded (or before the first to record)
+        self.limits = limits
+        self._lag_warned = False
         self.rejected = 0  # events whose subject may not carry their type: never stored
+        self.lost = 0  # messages the stream dropped before they were recorded (its limits are too small)
         self._sub: JetStreamContext.PullSubscription | None = None
 
     async def start(self) -> None:
-        await ensure_events_stream(self.js)
+        await ensure_events_stream(self.js, limits=self.limits, update=self.limits is not None)
         await self._ensure_consumer()
         self._sub = await self.js.pull_subscribe_bind(durable=self.consumer, stream=subjects.EVENTS_STREAM)
 
@@ -123,19 +133,23 @@ class Recorder:
                 "checkpoint %d is past the stream's end (%d): reading the stream from its start", checkpoint, last
             )
             config.deliver_policy = DeliverPolicy.ALL
+            self.sequence = max(first - 1, 0)
         elif checkpoint > 0:
             if checkpoint + 1 < first:
                 log.error(
-                    "stream sequences %d..%d are gone from the stream; they cannot be recorded",
+                    "stream sequences %d..%d are gone from the stream (its retention limits dropped them before "
+                    "they were recorded): they cannot be recorded; raise NRT_EVENTS_STREAM_MAX_MSGS / "
+                    "NRT_EVENTS_STREAM_MAX_AGE_S above the longest time cluster_state may be down",
                     checkpoint + 1,
                     first - 1,
                 )
             config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
             config.opt_start_seq = max(checkpoint + 1, first)
+            self.sequence = config.opt_start_seq - 1
         else:
             config.deliver_policy = DeliverPolicy.ALL
+            self.sequence = max(first - 1, 0)
         await self.js.add_consumer(subjects.EVENTS_STREAM, config)
-        self.sequence = checkpoint
         log.info(
             "consumer %s reads the stream from sequence %d (log checkpoint %d)",
             self.consumer,
@@ -171,7 +185,33 @@ class Recorder:
             if len(messages) < self.batch:
                 self.caught_up.set()
 
+    def _mind_the_limit(self, pending: int) -> None:
+        """Warn (once per episode) when the recorder is more than half the stream's message limit behind."""
+        limit = self.limits.max_msgs if self.limits is not None else 0
+        if not limit:
+            return
+        if pending > limit // 2 and not self._lag_warned:
+            log.warning(
+                "the recorder is %d messages behind the stream's end, more than half its limit of %d: events "
+                "the stream drops before they are recorded never reach the log",
+                pending,
+                limit,
+            )
+        self._lag_warned = pending > limit // 2
+
     async def _record(self, messages: list[Msg]) -> None:
+        first = messages[0].metadata.sequence.stream
+        if first > self.sequence + 1:
+            self.lost += first - self.sequence - 1
+            self.metrics.lost.inc(first - self.sequence - 1)
+            log.error(
+                "stream sequences %d..%d were dropped by the stream's retention limits before they were recorded: "
+                "they never reach the log (%d lost since start); raise NRT_EVENTS_STREAM_MAX_MSGS / "
+                "NRT_EVENTS_STREAM_MAX_AGE_S",
+                self.sequence + 1,
+                first - 1,
+                self.lost,
+            )
         events: list[Event] = []
         for msg in messages:
             try:
@@ -198,7 +238,9 @@ class Recorder:
         self.metrics.append.observe(time.perf_counter() - started)
         self.metrics.recorded.inc(len(result.recorded))
         self.sequence = last
-        self.metrics.positions(last + messages[-1].metadata.num_pending, last)  # pending: still in the stream
+        pending = messages[-1].metadata.num_pending
+        self.metrics.positions(last + pending, last)  # pending: still in the stream
+        self._mind_the_limit(pending)
         await messages[-1].ack()  # and every message before it (AckPolicy.ALL): one ack per batch
         if result.duplicates:
             log.info("skipped %d events already in the log (redelivered)", result.duplicates)

@@ -5,7 +5,9 @@ the gateway, router_svc and the workers fold the stream from its start. A new or
 recreated stream (NATS lost its store, or NRT_NATS_URL names another server) lacks what
 the log holds, so they would never see a manifest. On start, once the recorder has caught
 up, cluster_state checks that the stream's last ``ManifestApplied`` is the one in force;
-when it is not, it re-publishes from the log the events the current state is made of:
+when it is not, and the stream still holds its first message (a stream whose retention
+dropped its start is not behind: its followers start from cluster_state's snapshot,
+``nrt.state.stream``), it re-publishes from the log the events the current state is made of:
 
 - the last ``ManifestApplied`` and any drain events after it (the manifest in force);
 - each live worker's last ``WorkerJoined``;

@@ -8,6 +8,8 @@ first start with an empty log — apply the bootstrap manifest as ``ManifestAppl
 version 1. Then serve:
 
 - ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
+- ``nrt.state.snapshot``: that state placed on the events stream, for a follower that starts
+  where the stream's retention dropped its beginning (``nrt.state.stream``);
 - ``nrt.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
 - ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.keys``); the
@@ -41,7 +43,7 @@ from cluster_state.swap import Swapper
 from cluster_state.whatif import dry_run
 from nrt.bus import broker as bus
 from nrt.bus import subjects
-from nrt.bus.jetstream import EventPublisher
+from nrt.bus.jetstream import EventPublisher, StreamLimits
 from nrt.events import DrainCompleted, ManifestApplied
 from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
@@ -58,6 +60,7 @@ from nrt.protocol import (
     WhatIf,
 )
 from nrt.state import ApiKey, ClusterState
+from nrt.state.stream import StreamSnapshot, StreamSnapshotQuery
 from nrt.store import EventStore, RecordedEvent, upgrade
 from nrt.vocabulary import KeyScope
 from nrt.whatif import WhatIfReport
@@ -66,6 +69,7 @@ log = logging.getLogger("nrt.cluster_state")
 
 LEADER_LOCK_KEY = 0x6E72_7463  # "nrtc": one cluster_state records and acts at a time
 BOOTSTRAP_NAMESPACE = uuid.UUID("5f0c3b7e-3c1a-4d59-9d0e-6e7274000001")
+OUTBOX_SCAN = 1_000_000  # the decisions left unpublished at start: the outbox is empty in a steady state
 
 
 class ConfigurationError(Exception):
@@ -86,6 +90,7 @@ class ClusterStateService:
         registry: CollectorRegistry | None = None,
         snapshot_every_events: int = 10_000,
         snapshot_every_s: float = 60.0,
+        stream_limits: StreamLimits | None = None,  # the events stream's retention (None: the defaults)
     ) -> None:
         self.broker = broker
         self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
@@ -105,7 +110,14 @@ class ClusterStateService:
         self.controller.on_decided = self.relay.notify
         self.controller.on_decisions_recorded = self._on_recorded
         self.swapper = Swapper(self.controller)
-        self.recorder = Recorder(nc, self.store, self._on_recorded, metrics=self.metrics, append=self.controller.record)
+        self.recorder = Recorder(
+            nc,
+            self.store,
+            self._on_recorded,
+            metrics=self.metrics,
+            append=self.controller.record,
+            limits=stream_limits or StreamLimits(),
+        )
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
         )
@@ -121,6 +133,9 @@ class ClusterStateService:
         await self._lead()
         await self._rebuild()
         await self.recorder.start()
+        # where the fold stands on the stream: the recorder's start, and the decisions not published yet
+        unpublished = await self.store.unpublished(OUTBOX_SCAN)
+        self.controller.resume_stream(self.recorder.sequence, [entry.event_id for entry in unpublished])
         self._tasks.append(asyncio.create_task(self.recorder.run(self.stopping), name="cluster_state recorder"))
         # decisions a stopped predecessor recorded but did not publish go out first
         self._tasks.append(asyncio.create_task(self.relay.run(self.stopping), name="cluster_state outbox relay"))
@@ -131,6 +146,9 @@ class ClusterStateService:
         self._start_snapshots()
         self._subs += [
             await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
+            await bus.serve(
+                self.broker, subjects.STATE_SNAPSHOT, self.serve_snapshot, title="cluster_state: stream snapshot"
+            ),
             await bus.serve(
                 self.broker, subjects.MANIFEST_APPLY, self.apply, title="cluster_state: manifest swap", max_workers=4
             ),
@@ -223,9 +241,21 @@ class ClusterStateService:
         self._tasks.append(asyncio.create_task(writer.run(self.stopping), name="cluster_state snapshots"))
 
     async def _reseed(self) -> None:
-        """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``)."""
+        """Bring a stream that is behind the log back in line (see ``cluster_state.reseed``). A stream whose
+        retention dropped the manifest in force is not behind: its followers start from our snapshot."""
         cluster = self.controller.cluster
-        if cluster.manifest_version == 0 or await stream_holds_manifest(self.broker.connection.jetstream(), cluster):
+        js = self.broker.connection.jetstream()
+        if cluster.manifest_version == 0 or await stream_holds_manifest(js, cluster):
+            return
+        first = (await js.stream_info(subjects.EVENTS_STREAM)).state.first_seq
+        if first > 1:
+            log.info(
+                "the stream starts at sequence %d, after the manifest in force (v%d): followers that start now "
+                "take it from this service's snapshot (%s)",
+                first,
+                cluster.manifest_version,
+                subjects.STATE_SNAPSHOT,
+            )
             return
         events = await state_in_force(self.store)
         for event in events:
@@ -293,6 +323,10 @@ class ClusterStateService:
     async def serve_state(self, query: StateQuery) -> ClusterState:
         """The folded ClusterState, exactly what ``nrt replay`` computes from the log."""
         return self.controller.cluster
+
+    async def serve_snapshot(self, query: StreamSnapshotQuery) -> StreamSnapshot:
+        """The folded state placed on the events stream, for a follower that starts behind the stream's start."""
+        return await self.controller.stream_snapshot()
 
     async def apply(self, request: ApplyManifest) -> ApplyResult:
         """Replace the manifest in force with a drained swap (validate, warm, drain, cut over)."""

@@ -7,12 +7,13 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 
 from nrt.policies import Tuning
-from nrt.settings import HeartbeatSettings
+from nrt.settings import EventsStreamSettings, HeartbeatSettings
 from nrt.vocabulary import KeyScope
 
 
-class ClusterStateSettings(HeartbeatSettings):
-    """What cluster_state reads: the shared settings, the heartbeat, and its bootstrap manifest."""
+class ClusterStateSettings(HeartbeatSettings, EventsStreamSettings):
+    """What cluster_state reads: the shared settings, the heartbeat, the events stream's retention, its
+    bootstrap manifest and snapshots."""
 
     manifest: Path | None = Field(
         default=None, description="the manifest cluster_state applies on its first start (`nrt up` sets it)"

@@ -14,6 +14,7 @@ from state_services import OnOneWorker, StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, placed_as
 
 from cluster_state.service import ClusterStateService
+from nrt.bus.jetstream import StreamLimits
 from nrt.policies import Tuning
 from nrt.vocabulary import KeyScope, WorkerRole
 
@@ -30,6 +31,7 @@ async def start_cluster_state(broker: NatsBroker, database_url: str) -> AsyncIte
         keys: dict[KeyScope, str] | None = None,
         snapshot_every_events: int = 10_000,
         snapshot_every_s: float = 60.0,
+        stream_limits: StreamLimits | None = None,
     ) -> ClusterStateService:
         service = ClusterStateService(
             broker,
@@ -40,6 +42,7 @@ async def start_cluster_state(broker: NatsBroker, database_url: str) -> AsyncIte
             keys=keys,
             snapshot_every_events=snapshot_every_events,
             snapshot_every_s=snapshot_every_s,
+            stream_limits=stream_limits,
         )
         await asyncio.wait_for(service.start(), 30)
         started.append(service)

@@ -110,3 +110,47 @@ def test_only_the_emits_that_lead_their_group_are_decisions() -> None:
     decided, rest = split_decisions([Emit(first, "g"), load, Emit(after, "g"), Emit(second)])
     assert decided == {"g": [first], "#3": [second]}
     assert rest == {"g": [load, Emit(after, "g")], "#3": []}  # an Emit after a worker command waits for its reply
+
+
+async def test_the_stream_snapshot_holds_the_stream_up_to_its_checkpoint_and_the_decisions_on_their_way(
+    memory: NatsBroker,
+) -> None:
+    """What a follower behind the stream starts from: the decisions a batch caused are in the fold before the
+    stream carries them, so they are named as ``ahead`` until their echo comes back through the recorder."""
+    store = InMemoryEventStore()
+    c = controller(memory, store)
+    c.resume_stream(4, ["an-unpublished-decision"])  # the start: the recorder's position and the outbox
+    assert (await c.stream_snapshot()).ahead == ("an-unpublished-decision",)
+    await c.record([applied(manifest()), joined("w1")], Checkpoint(consumer="cluster_state", sequence=6))
+    placed = [o.event_id for o in await store.unpublished()]
+    assert placed  # the placements WorkerJoined caused: in the fold, not yet on the stream
+    snapshot = await c.stream_snapshot()
+    assert (snapshot.sequence, snapshot.position, snapshot.state) == (6, await store.head(), c.cluster)
+    assert snapshot.ahead == ("an-unpublished-decision", *placed)
+
+    # the relay publishes them (sequences 7, 8, ...): the recorder gets them back, the log skips them
+    echo = [r.event for r in await store.query(after_position=2)]
+    result = await c.record(echo, Checkpoint(consumer="cluster_state", sequence=6 + len(echo)))
+    assert (result.recorded, result.duplicates) == ([], len(echo))
+    snapshot = await c.stream_snapshot()
+    assert (snapshot.sequence, snapshot.ahead) == (6 + len(echo), ("an-unpublished-decision",))
+
+    # a decision of its own (a key, a tick) is ahead of the stream as well; a batch without a checkpoint
+    # (a test's append) moves no sequence
+    worker = joined("w2")
+    await c.decide([worker])
+    snapshot = await c.stream_snapshot()
+    assert worker.event_id in snapshot.ahead
+    assert snapshot.sequence == 6 + len(echo)
+    c.cancel()
+
+
+async def test_a_failed_transaction_changes_nothing_the_stream_snapshot_says(memory: NatsBroker) -> None:
+    store = FailingStore()
+    c = controller(memory, store)
+    c.resume_stream(3, [])
+    with pytest.raises(ConnectionError):
+        await c.record([applied(manifest()), joined("w1")], Checkpoint(consumer="cluster_state", sequence=5))
+    snapshot = await c.stream_snapshot()
+    assert (snapshot.sequence, snapshot.position, snapshot.ahead) == (3, 0, ())
+    c.cancel()

@@ -53,6 +53,7 @@ CLUSTER_STATE = {
     "nrt_event_append_seconds",
     "nrt_events_recorded",
     "nrt_events_rejected",
+    "nrt_events_lost",
     "nrt_event_stream_sequence",
     "nrt_event_log_sequence",
     "nrt_event_log_lag",

@@ -9,14 +9,16 @@ is in tests/integration/test_event_store.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 from store_backends import Backend
 
 from nrt.events import ManifestApplied, TierChanged, WorkerJoined, WorkerLost
 from nrt.state import fold
-from nrt.store import Checkpoint, ConcurrencyError, EventLog
+from nrt.store import Checkpoint, ConcurrencyError, EventLog, ReplayedEvent
 from nrt.testing.traffic import traffic
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -208,6 +210,27 @@ async def test_replay_yields_positions_and_events_from_one_snapshot(log: EventLo
         seen.append(position)
     assert seen == list(range(1, 26))
     assert await log.head() == 28
+
+
+async def test_a_replay_stopped_early_leaves_the_log_readable(log: EventLog) -> None:
+    """A reader that stops mid-page (the next page already asked for) closes its replay cleanly."""
+    events = list(traffic(40, seed=9))
+    await log.append(events)
+    for _ in range(3):  # more than the pool's connections: each one comes back usable
+        replay = cast(AsyncGenerator[ReplayedEvent], log.replay(page=8))
+        taken = [p async for p, _ in _first(replay, 11)]
+        await replay.aclose()
+        assert taken == list(range(1, 12))
+    assert [p async for p, _ in log.replay(38)] == [38, 39, 40]
+    assert await log.head() == 40
+
+
+async def _first(replay: AsyncIterator[ReplayedEvent], n: int) -> AsyncIterator[ReplayedEvent]:
+    async for item in replay:
+        yield item
+        n -= 1
+        if n == 0:
+            return
 
 
 async def test_an_empty_log_replays_nothing(log: EventLog) -> None:

@@ -75,6 +75,7 @@ def test_the_asyncapi_document_lists_every_channel_with_each_party() -> None:
 
 HANDLERS: dict[str, Callable[..., Any]] = {
     subjects.STATE: ClusterStateService.serve_state,
+    subjects.STATE_SNAPSHOT: ClusterStateService.serve_snapshot,
     subjects.MANIFEST_APPLY: ClusterStateService.apply,
     subjects.MANIFEST_WHATIF: ClusterStateService.what_if,
     subjects.PROMOTE: ClusterStateService.promote,

@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from api_gateway.settings import GatewaySettings
 from cluster_state.settings import ClusterStateSettings
 from nrt import settings_doc
+from nrt.bus.jetstream import StreamLimits
 from nrt.cli.main import cli
 from nrt.cli.settings import CliSettings
 from nrt.policies import Tuning
@@ -116,6 +117,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_GATEWAY_MAX_MESSAGES": ("100", "max_messages", 100),
         "NRT_SNAPSHOT_EVERY_EVENTS": ("500", "snapshot_every_events", 500),
         "NRT_SNAPSHOT_EVERY_S": ("30", "snapshot_every_s", 30.0),
+        "NRT_EVENTS_STREAM_MAX_MSGS": ("250000", "events_stream_max_msgs", 250_000),
+        "NRT_EVENTS_STREAM_MAX_AGE_S": ("3600", "events_stream_max_age_s", 3600.0),
     }
     assert set(values) == {v.name for v in settings_doc.variables()}, "a variable without a test value"
     for name, (raw, _, _) in values.items():
@@ -126,6 +129,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
             if field in cls.model_fields:
                 assert getattr(read, field) == expected, f"{cls.__name__}.{field} from {name}"
     assert ClusterStateSettings.from_env().tuning() == Tuning(heartbeat_s=0.25, missed_beats=5)
+    assert StreamLimits.of(ClusterStateSettings.from_env()) == StreamLimits(max_msgs=250_000, max_age_s=3600.0)
 
 
 def test_nrt_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

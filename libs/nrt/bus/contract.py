@@ -41,6 +41,7 @@ from nrt.protocol import (
 )
 from nrt.service import Health, HealthQuery
 from nrt.state import ApiKey, ClusterState
+from nrt.state.stream import StreamSnapshot, StreamSnapshotQuery
 from nrt.whatif import WhatIfReport
 
 Service = Literal["api_gateway", "router_svc", "specialist_worker", "cluster_state", "nrt"]
@@ -161,6 +162,19 @@ CHANNELS: tuple[Channel, ...] = (
         publishers=("api_gateway", "nrt"),
         subscribers=("cluster_state",),
         summary="The folded ClusterState that cluster_state recorded (an empty body is a StateQuery too).",
+    ),
+    Channel(
+        address=subjects.STATE_SNAPSHOT,
+        payload=StreamSnapshotQuery,
+        reply=StreamSnapshot,
+        publishers=("api_gateway", "router_svc", "specialist_worker"),
+        subscribers=("cluster_state",),
+        summary=(
+            f"cluster_state's folded state placed on the stream {subjects.EVENTS_STREAM}: the stream sequence up "
+            "to which every message is in it, and the ids of the events in it that the stream carries later (its "
+            "decisions on their way). A follower that finds the stream's first message past sequence 1 (the "
+            "stream's retention dropped the start) starts from it and follows the next sequence on."
+        ),
     ),
     Channel(
         address=subjects.MANIFEST_APPLY,

@@ -2,38 +2,96 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import NotFoundError
 
 from nrt.bus import subjects
 from nrt.bus.contract import Service, first_publisher
 from nrt.bus.tracing import inject
 from nrt.events import VERSION_HEADER, Event, EventDecodeError, encode, schema_version
+from nrt.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS, EventsStreamSettings
 
 DUPLICATE_WINDOW_S = 120.0  # a re-published event id within this window is dropped by JetStream
 
+log = logging.getLogger("nrt.bus.jetstream")
 
-async def ensure_events_stream(js: JetStreamContext, name: str = subjects.EVENTS_STREAM) -> None:
-    """Create the events stream if it does not exist (file storage, deduplicated by event id)."""
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How much of the log the events stream keeps: PostgreSQL holds all of it, the stream only the recent
+    part (a follower that starts behind the stream's first message takes a snapshot from cluster_state).
+    0 means no limit. cluster_state's recorder must never lag further behind than this: what the stream
+    drops before the recorder stored it is lost to the log."""
+
+    max_msgs: int = EVENTS_STREAM_MAX_MSGS
+    max_age_s: float = EVENTS_STREAM_MAX_AGE_S
+
+    @classmethod
+    def of(cls, settings: EventsStreamSettings) -> StreamLimits:
+        return cls(max_msgs=settings.events_stream_max_msgs, max_age_s=settings.events_stream_max_age_s)
+
+    def __post_init__(self) -> None:
+        if self.max_msgs < 0 or self.max_age_s < 0:
+            raise ValueError(
+                f"stream limits must not be negative (max_msgs={self.max_msgs}, max_age_s={self.max_age_s})"
+            )
+
+    @property
+    def jetstream_max_msgs(self) -> int:
+        return self.max_msgs or -1  # JetStream's "no limit"
+
+    def matches(self, config: StreamConfig) -> bool:
+        """Whether an existing stream's configuration has these limits."""
+        max_msgs = config.max_msgs if config.max_msgs is not None else -1
+        max_age = config.max_age or 0.0
+        return max_msgs == self.jetstream_max_msgs and abs(max_age - self.max_age_s) < 1e-3
+
+
+async def ensure_events_stream(
+    js: JetStreamContext,
+    name: str = subjects.EVENTS_STREAM,
+    limits: StreamLimits | None = None,
+    *,
+    update: bool = False,
+) -> StreamInfo:
+    """Create the events stream if it does not exist (file storage, deduplicated by event id, the oldest
+    messages discarded beyond ``limits``); with ``update`` (the stream's owners: cluster_state, ``nrt up``),
+    bring an existing stream's limits to ``limits``. Returns the stream's info."""
+    limits = limits or StreamLimits()
     try:
-        await js.stream_info(name)
-        return
+        info = await js.stream_info(name)
     except NotFoundError:
-        pass
-    await js.add_stream(
-        StreamConfig(
-            name=name,
-            subjects=[subjects.EVENTS_ALL],
-            storage=StorageType.FILE,
-            retention=RetentionPolicy.LIMITS,
-            discard=DiscardPolicy.OLD,
-            duplicate_window=DUPLICATE_WINDOW_S,
+        return await js.add_stream(
+            StreamConfig(
+                name=name,
+                subjects=[subjects.EVENTS_ALL],
+                storage=StorageType.FILE,
+                retention=RetentionPolicy.LIMITS,
+                discard=DiscardPolicy.OLD,
+                duplicate_window=DUPLICATE_WINDOW_S,
+                max_msgs=limits.jetstream_max_msgs,
+                max_age=limits.max_age_s,
+            )
         )
+    if not update or limits.matches(info.config):
+        return info
+    config = replace(info.config, max_msgs=limits.jetstream_max_msgs, max_age=limits.max_age_s)
+    updated = await js.update_stream(config)
+    log.info(
+        "stream %s now keeps at most %s messages for at most %s (was %s messages, %s)",
+        name,
+        limits.max_msgs or "any number of",
+        f"{limits.max_age_s:g} s" if limits.max_age_s else "any time",
+        info.config.max_msgs,
+        f"{info.config.max_age:g} s" if info.config.max_age else "any time",
     )
+    return updated
 
 
 def event_subject(type_name: str, service: Service | None) -> str:

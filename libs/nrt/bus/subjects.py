@@ -6,6 +6,7 @@ PREFIX = "nrt"
 
 ROUTE = f"{PREFIX}.route"  # gateway -> router_svc: a routed chat request (reply: the gateway's inbox)
 STATE = f"{PREFIX}.state.get"  # -> cluster_state: the folded ClusterState
+STATE_SNAPSHOT = f"{PREFIX}.state.snapshot"  # -> cluster_state: its fold placed on the stream (a follower behind it)
 MANIFEST_APPLY = f"{PREFIX}.manifest.apply"  # -> cluster_state: start a drained manifest swap
 MANIFEST_WHATIF = f"{PREFIX}.manifest.whatif"  # -> cluster_state: a candidate's what-if over the recorded requests
 KEYS_CREATE = f"{PREFIX}.keys.create"  # -> cluster_state: record a new API key (its hash)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import click
 from pydantic import Field, SecretStr
 
-from nrt.settings import Settings, SettingsError
+from nrt.settings import EventsStreamSettings, SettingsError
 
 
-class CliSettings(Settings):
-    """What the ``nrt`` command reads from the environment."""
+class CliSettings(EventsStreamSettings):
+    """What the ``nrt`` command reads from the environment (``nrt up`` creates the events stream)."""
 
     gateway_url: str | None = Field(
         default=None,

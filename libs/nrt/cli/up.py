@@ -17,7 +17,8 @@ import click
 import httpx
 
 from nrt.bus.connection import connect
-from nrt.bus.jetstream import ensure_events_stream
+from nrt.bus.jetstream import StreamLimits, ensure_events_stream
+from nrt.cli.settings import cli_settings
 from nrt.infra import EmbeddedNats, EmbeddedPostgres, free_port, pgurl
 from nrt.infra.pgroles import ensure_owner_role
 from nrt.keys import MIN_KEY_LENGTH, weak
@@ -167,8 +168,10 @@ def metrics_urls(host: str, gateway_url: str, ports: dict[str, int]) -> dict[str
 
 
 async def _prepare_stream(nats_url: str, bus: StackBus | None) -> None:
+    """The events stream, with the retention the environment gives (NRT_EVENTS_STREAM_MAX_MSGS / _MAX_AGE_S)."""
+    limits = StreamLimits.of(cli_settings())
     nc = await connect(nats_url, name="nrt-up", credentials=bus.credentials("nrt") if bus else None)
-    await ensure_events_stream(nc.jetstream())
+    await ensure_events_stream(nc.jetstream(), limits=limits, update=True)
     await nc.close()
 
 

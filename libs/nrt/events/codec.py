@@ -34,14 +34,19 @@ def decode(data: bytes | str, version: int | None = None) -> AnyEvent:
     version header); a body older than its type's ``VERSION`` goes through the upcasters first
     (``nrt.events.upcasters``). None: written at the current version.
     """
-    if version is not None:
-        return _decode_versioned(data, version)
+    # Nearly every body is at its type's current version: one typed decode, no JSON object in between.
     try:
-        return _decoder.decode(data)
+        event: AnyEvent = _decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise EventDecodeError(f"not a valid event: {exc}") from exc
+        if version is None:
+            raise EventDecodeError(f"not a valid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise EventDecodeError(f"not valid JSON: {exc}") from exc
+    else:
+        if version is None or version == event.VERSION:
+            return event
+    assert version is not None  # None returned or raised above
+    return _decode_versioned(data, version)  # an older body (which may lack a field its type now requires)
 
 
 def _decode_versioned(data: bytes | str, version: int) -> AnyEvent:

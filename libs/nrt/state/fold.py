@@ -2,6 +2,10 @@
 
 The same function runs live in cluster_state, in the gateway's local view and in
 ``nrt replay``; the same events therefore always give the same state.
+
+Each handler returns the state after its event in one copy of the state: its changes, the
+event counted (``events_applied``) and its time (``last_event_at``). A replay folds millions
+of events, so the hot handlers name their changes inline (no helper taking keyword arguments).
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ if TYPE_CHECKING:
 def evolve(state: ClusterState, event: Event) -> ClusterState:
     """The state after ``event``; ``state`` itself is left untouched."""
     handler = _HANDLERS.get(type(event))
-    after = handler(state, event) if handler is not None else state
-    return replace(after, events_applied=after.events_applied + 1, last_event_at=event.occurred_at)
+    if handler is None:
+        return replace(state, events_applied=state.events_applied + 1, last_event_at=event.occurred_at)
+    return handler(state, event)  # each handler counts the event and stamps its time: one copy of the state
 
 
 def fold(events: Iterable[Event], state: ClusterState | None = None) -> ClusterState:
@@ -92,16 +97,31 @@ def _manifest_applied(state: ClusterState, e: ManifestApplied) -> ClusterState:
         draining=False,
         drain_to_version=None,
         counters=_count(state.counters, manifests_applied=1),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
     )
 
 
 def _drain_started(state: ClusterState, e: DrainStarted) -> ClusterState:
-    return replace(state, draining=True, drain_to_version=e.to_version, counters=_count(state.counters, drains=1))
+    return replace(
+        state,
+        draining=True,
+        drain_to_version=e.to_version,
+        counters=_count(state.counters, drains=1),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _drain_completed(state: ClusterState, e: DrainCompleted) -> ClusterState:
     # A completed drain stops admission waits; the cut-over itself is the ManifestApplied that follows.
-    return replace(state, draining=False, drain_to_version=None)
+    return replace(
+        state,
+        draining=False,
+        drain_to_version=None,
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
@@ -116,7 +136,12 @@ def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
         role=e.role,
         device=e.device,
     )
-    return replace(state, workers=_with(state.workers, e.worker_id, worker))
+    return replace(
+        state,
+        workers=_with(state.workers, e.worker_id, worker),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
@@ -129,7 +154,14 @@ def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
         for model_id, model in state.models.items()
     }
     sessions = {sid: s for sid, s in state.sessions.items() if s.worker_id != e.worker_id}
-    return replace(state, workers=workers, models=models, sessions=sessions)
+    return replace(
+        state,
+        workers=workers,
+        models=models,
+        sessions=sessions,
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
@@ -138,7 +170,12 @@ def _model_placed(state: ClusterState, e: ModelPlaced) -> ClusterState:
         worker_id=e.worker_id, tier=Tier.UNLOADED, since=e.occurred_at
     )
     updated = replace(model, artifact=e.artifact, placements=_with(model.placements, e.worker_id, placement))
-    return replace(state, models=_with(state.models, e.model_id, updated))
+    return replace(
+        state,
+        models=_with(state.models, e.model_id, updated),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
@@ -159,7 +196,13 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         calibrated=model.calibrated if placements else None,  # held nowhere: a reload calibrates anew
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
-    return replace(state, models=_with(state.models, e.model_id, updated), counters=counters)
+    return replace(
+        state,
+        models=_with(state.models, e.model_id, updated),
+        counters=counters,
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _session_opened(state: ClusterState, e: SessionOpened) -> ClusterState:
@@ -170,7 +213,12 @@ def _session_opened(state: ClusterState, e: SessionOpened) -> ClusterState:
         opened_at=e.occurred_at,
         last_used_at=e.occurred_at,
     )
-    return replace(state, sessions=_with(state.sessions, e.session_id, session))
+    return replace(
+        state,
+        sessions=_with(state.sessions, e.session_id, session),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
@@ -192,41 +240,62 @@ def _session_touched(state: ClusterState, e: SessionTouched) -> ClusterState:
         kv_evicted=False,
         evicted_reason=None,
     )
-    return replace(state, sessions=_with(state.sessions, e.session_id, updated))
+    return replace(
+        state,
+        sessions=_with(state.sessions, e.session_id, updated),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterState:
     session = state.sessions.get(e.session_id)
-    counters = _count(state.counters, kv_evictions=1)
+    counters = replace(state.counters, kv_evictions=state.counters.kv_evictions + 1)
     if session is None:
-        return replace(state, counters=counters)
+        return replace(state, counters=counters, events_applied=state.events_applied + 1, last_event_at=e.occurred_at)
     updated = replace(session, cached_tokens=0, kv_bytes=0, kv_evicted=True, evicted_reason=e.reason)
-    return replace(state, sessions=_with(state.sessions, e.session_id, updated), counters=counters)
+    return replace(
+        state,
+        sessions=_with(state.sessions, e.session_id, updated),
+        counters=counters,
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _session_closed(state: ClusterState, e: SessionClosed) -> ClusterState:
-    return replace(state, sessions=_without(state.sessions, e.session_id))
+    return replace(
+        state,
+        sessions=_without(state.sessions, e.session_id),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
     return replace(
         state,
         in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
-        counters=_count(state.counters, requests_admitted=1),
+        counters=replace(state.counters, requests_admitted=state.counters.requests_admitted + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
     )
 
 
-def _classified(state: ClusterState, e: RouterFired | RequestRouted) -> ClusterState:
-    """The entry model fired: it was used, and chose an intent (or none)."""
+def _classified(state: ClusterState, e: RouterFired | RequestRouted, dispatches: int = 0) -> ClusterState:
+    """The entry model fired: it was used, and chose an intent (or none); ``dispatches`` counts a dispatch too."""
     label = e.intent if e.intent is not None else "<none>"
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
+    counters = state.counters
     return replace(
         state,
         models=_with(state.models, e.model_id, updated),
         intents=_with(state.intents, label, state.intents.get(label, 0) + 1),
-        counters=_count(state.counters, router_fired=1),
+        counters=replace(counters, router_fired=counters.router_fired + 1, dispatches=counters.dispatches + dispatches),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
     )
 
 
@@ -236,27 +305,37 @@ def _router_fired(state: ClusterState, e: RouterFired) -> ClusterState:
 
 def _router_calibrated(state: ClusterState, e: RouterCalibrated) -> ClusterState:
     updated = replace(_model(state, e.model_id), calibrated=e)
-    return replace(state, models=_with(state.models, e.model_id, updated))
+    return replace(
+        state,
+        models=_with(state.models, e.model_id, updated),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _request_dispatched(state: ClusterState, e: RequestDispatched) -> ClusterState:
-    return replace(state, counters=_count(state.counters, dispatches=1))
+    return replace(
+        state,
+        counters=replace(state.counters, dispatches=state.counters.dispatches + 1),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _request_routed(state: ClusterState, e: RequestRouted) -> ClusterState:
     """The decision and the dispatch in one event: it folds as the two events it replaces."""
-    after = _classified(state, e)
-    return replace(after, counters=_count(after.counters, dispatches=1))
+    return _classified(state, e, dispatches=1)
 
 
 def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState:
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
-    counters = _count(
-        state.counters,
-        requests_completed=1,
-        prompt_tokens=e.prompt_tokens,
-        completion_tokens=e.completion_tokens,
+    counters = state.counters
+    counters = replace(
+        counters,
+        requests_completed=counters.requests_completed + 1,
+        prompt_tokens=counters.prompt_tokens + e.prompt_tokens,
+        completion_tokens=counters.completion_tokens + e.completion_tokens,
     )
     return replace(
         state,
@@ -271,6 +350,8 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
             prompt_tokens=e.prompt_tokens,
             completion_tokens=e.completion_tokens,
         ),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
     )
 
 
@@ -278,14 +359,16 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
     return replace(
         state,
         in_flight=_without(state.in_flight, e.request_id),
-        counters=_count(state.counters, requests_failed=1),
+        counters=replace(state.counters, requests_failed=state.counters.requests_failed + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
     )
 
 
 def _api_key_created(state: ClusterState, e: ApiKeyCreated) -> ClusterState:
     if e.key_id in state.api_keys:  # a key id names one key for good: a second creation changes nothing
-        return state
+        return replace(state, events_applied=state.events_applied + 1, last_event_at=e.occurred_at)
     key = ApiKey(
         key_id=e.key_id,
         name=e.name,
@@ -296,14 +379,24 @@ def _api_key_created(state: ClusterState, e: ApiKeyCreated) -> ClusterState:
         created_at=e.occurred_at,
         created_by=e.created_by,
     )
-    return replace(state, api_keys=_with(state.api_keys, e.key_id, key))
+    return replace(
+        state,
+        api_keys=_with(state.api_keys, e.key_id, key),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _api_key_revoked(state: ClusterState, e: ApiKeyRevoked) -> ClusterState:
     key = state.api_keys.get(e.key_id)
     if key is None or not key.live:
-        return state
-    return replace(state, api_keys=_with(state.api_keys, e.key_id, replace(key, revoked_at=e.occurred_at)))
+        return replace(state, events_applied=state.events_applied + 1, last_event_at=e.occurred_at)
+    return replace(
+        state,
+        api_keys=_with(state.api_keys, e.key_id, replace(key, revoked_at=e.occurred_at)),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
 
 
 def _used(keys: dict[str, ApiKey], key_id: str | None, at: datetime, **increments: int) -> dict[str, ApiKey]:

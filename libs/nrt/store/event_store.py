@@ -8,6 +8,8 @@ writes the batch with COPY.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
@@ -358,26 +360,31 @@ class EventStore(DecisionLog):
         """``(position, event)`` with ``start <= position <= end`` in order: what a fold needs, nothing more.
 
         One read-only snapshot (REPEATABLE READ) over one connection, so a replay to the head
-        sees the log as it was when it began; only the position and the body are read.
+        sees the log as it was when it began; only the position, the body and its schema version
+        are read, on the driver's own cursor. The next page is asked for before the current one is
+        handed out, so the server reads it while the caller folds this one.
         """
-        cursor = start
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-                while end is None or cursor <= end:
-                    upper = cursor + page - 1 if end is None else min(cursor + page - 1, end)
-                    result = await conn.exec_driver_sql(
-                        "SELECT position, body::text, schema_version FROM events WHERE position BETWEEN %(lo)s AND %(hi)s "
-                        "ORDER BY position",
-                        {"lo": cursor, "hi": upper},
-                    )
-                    rows = cast(Sequence[tuple[int, str, int]], result.all())  # exec_driver_sql rows are untyped
-                    if not rows:
-                        return
-                    for position, body, version in rows:
-                        yield position, decode(body, version)  # an older version goes through its upcasters
-                    cursor = upper + 1
+                raw = await conn.get_raw_connection()
+                driver = raw.driver_connection
+                assert driver is not None
+                async with driver.cursor() as cursor:
+                    pages = _Pages(cursor, start, end, page)
+                    ahead: asyncio.Future[list[tuple[int, str, int]]] | None = None
+                    try:
+                        rows = await pages.next()
+                        while rows:
+                            ahead = await pages.ask()  # the server works on it while this page is folded
+                            for position, body, version in rows:
+                                yield position, decode(body, version)  # an older version goes through its upcasters
+                            rows = await ahead
+                    finally:
+                        if ahead is not None and not ahead.done():  # the caller stopped early: let the query end
+                            with contextlib.suppress(Exception):
+                                await ahead
 
     async def query(
         self,
@@ -541,6 +548,36 @@ class EventStore(DecisionLog):
                 sa.text("SELECT sequence FROM consumer_checkpoints WHERE consumer = :c"), {"c": consumer}
             )
             return int(value or 0)
+
+
+_REPLAY_SQL = (
+    "SELECT position, body::text, schema_version FROM events WHERE position BETWEEN %(lo)s AND %(hi)s ORDER BY position"
+)
+_NO_ROWS: list[tuple[int, str, int]] = []
+
+
+class _Pages:
+    """The pages of a replay, read on one cursor, one query in flight at a time."""
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any], start: int, end: int | None, page: int) -> None:
+        self.cursor, self.lower, self.end, self.page = cursor, start, end, page
+
+    async def next(self) -> list[tuple[int, str, int]]:
+        """The next page's rows (none once the range or the log is done)."""
+        if self.end is not None and self.lower > self.end:
+            return _NO_ROWS
+        upper = self.lower + self.page - 1 if self.end is None else min(self.lower + self.page - 1, self.end)
+        await self.cursor.execute(_REPLAY_SQL, {"lo": self.lower, "hi": upper}, prepare=True)
+        rows = cast(list[tuple[int, str, int]], await self.cursor.fetchall())
+        self.lower = upper + 1
+        return rows if rows else _NO_ROWS
+
+    async def ask(self) -> asyncio.Future[list[tuple[int, str, int]]]:
+        """Send the next page's query now and hand back its rows to come: the caller folds the current
+        page meanwhile (a fold does not yield to the event loop, so the query must be on its way first)."""
+        fetch = asyncio.ensure_future(self.next())
+        await asyncio.sleep(0)  # let it send the query; it then waits for the rows
+        return fetch
 
 
 def _recorded(row: Sequence[Any]) -> RecordedEvent:
