@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from nrt.catalogue.builders.export import untyped
-from nrt.inference.artifact import CONFIG_FILE, TOKENIZER_FILE
+from nrt.catalogue.builders.logits import add_logits_to_keep
+from nrt.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.inference.errors import ArtifactError
 
 LOGIT_TOLERANCE = 0.005  # max |fp16 - fp32| logit difference, relative to 1 + the largest |fp32 logit|
@@ -110,6 +111,15 @@ def convert_fp16(source: Path, target: Path, *, min_elements: int = 1024) -> Fp1
 
 def _axis(node: Any) -> int:
     return next((int(attr.i) for attr in node.attribute if attr.name == "axis"), 0)
+
+
+def write_cuda_variant(export: Path, target: Path) -> Fp16Report:
+    """Write the cuda variant of ``export`` into ``target``: fp16 weight matrices, a
+    ``logits_to_keep`` input, and the tokenizer and config beside it."""
+    report = convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
+    add_logits_to_keep(target / MODEL_FILE)
+    copy_companions(export, target)
+    return report
 
 
 def copy_companions(source: Path, target: Path) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from nrt.catalogue.builders import fp16
 from nrt.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
-from nrt.catalogue.builders.fp16 import check_logits, convert_fp16, copy_companions
+from nrt.catalogue.builders.fp16 import check_logits, copy_companions, write_cuda_variant
 from nrt.catalogue.builders.logits import add_logits_to_keep
 from nrt.catalogue.builders.quantize import quantize_int8_blockwise
 from nrt.catalogue.describe import causal_lm_record
@@ -126,9 +126,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     if "cuda" in context.providers:
         context.progress.step(CUDA_STEPS[0])
         target = context.directory("cuda")
-        convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
-        add_logits_to_keep(target / MODEL_FILE)
-        copy_companions(export, target)
+        write_cuda_variant(export, target)
         context.progress.step(CUDA_STEPS[1])
         record = describe(target, "cuda", CUDA_RECIPE, "fp16", fp16.DETAIL)
         check_fp16(export, target, record)

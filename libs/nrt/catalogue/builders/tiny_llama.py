@@ -17,7 +17,7 @@ import numpy as np
 
 from nrt.catalogue.builders import fp16
 from nrt.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
-from nrt.catalogue.builders.fp16 import check_logits, convert_fp16, copy_companions
+from nrt.catalogue.builders.fp16 import check_logits, write_cuda_variant
 from nrt.catalogue.builders.logits import add_logits_to_keep
 from nrt.catalogue.byte_tokenizer import SPECIAL_TOKENS, byte_level_tokenizer
 from nrt.catalogue.describe import causal_lm_record
@@ -94,9 +94,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     if "cuda" in context.providers:
         context.progress.step(CUDA_STEPS[0])
         target = context.directory("cuda")
-        convert_fp16(export / MODEL_FILE, target / MODEL_FILE)
-        add_logits_to_keep(target / MODEL_FILE)
-        copy_companions(export, target)
+        write_cuda_variant(export, target)
         context.progress.step(CUDA_STEPS[1])
         record = _record(target, provider="cuda", recipe=CUDA_RECIPE, quantization="fp16", detail=fp16.DETAIL)
         check_logits(expected, _logits(target, record, prompt), "tiny-llama")
