@@ -5,7 +5,11 @@
   ``past_key_values.{i}.key/value`` -> ``logits``, ``present.{i}.key/value``), which genai
   drives when told so by a ``genai_config.json``: :func:`genai_config` writes one from the
   artifact's record and ``config.json`` into a directory beside a link to the graph. Tokens
-  go in as ids (ours), so every runner decodes the same prompt.
+  go in as ids (ours), so every runner decodes the same prompt. genai feeds only the inputs
+  its config names: where the graph takes ``logits_to_keep`` (the LM head projects only the
+  last position), genai gets a copy of the graph with that input fixed at 0 (every
+  position, as the graph computed before that rewrite): genai allocates the prefill's logits
+  for every prompt position itself and refuses a graph that returns fewer.
 - :class:`LlamaCppPeer`: llama.cpp (llama-cpp-python) on the GGUF the Gemma artifact was
   converted from, CPU only. One ``Llama`` holds one context and serves one sequence at a
   time, so its aggregate is what a user gets from requests served one after another.
@@ -31,7 +35,8 @@ import msgspec
 import numpy as np
 
 from nrt.catalogue import MODEL_FILE, load_record
-from nrt.inference.artifact import read_hf_config
+from nrt.catalogue.signature import read_signature
+from nrt.inference.artifact import LOGITS_TO_KEEP, read_hf_config
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -114,12 +119,29 @@ def genai_config(artifact: Path, *, cuda: bool = False) -> dict[str, Any]:
     }
 
 
+def fix_input(source: Path, target: Path, name: str, value: np.ndarray) -> None:
+    """Copy the graph at ``source`` to ``target`` with input ``name`` made a constant ``value``."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    (fixed,) = [i for i in graph.input if i.name == name]
+    graph.input.remove(fixed)
+    graph.initializer.append(numpy_helper.from_array(value, name))
+    onnx.save(model, str(target))
+
+
 @contextmanager
 def genai_model_dir(artifact: Path, *, cuda: bool = False) -> Iterator[Path]:
     """A temporary directory genai can open: a link to the artifact's graph and a genai_config.json."""
     with tempfile.TemporaryDirectory(prefix="nrt-genai-") as tmp:
         directory = Path(tmp)
-        os.symlink((artifact / MODEL_FILE).resolve(), directory / MODEL_FILE)
+        graph = (artifact / MODEL_FILE).resolve()
+        if LOGITS_TO_KEEP in {i.name for i in read_signature(graph).inputs}:
+            fix_input(graph, directory / MODEL_FILE, LOGITS_TO_KEEP, np.array(0, dtype=np.int64))
+        else:
+            os.symlink(graph, directory / MODEL_FILE)
         (directory / GENAI_CONFIG).write_text(json.dumps(genai_config(artifact, cuda=cuda), indent=2))
         yield directory
 

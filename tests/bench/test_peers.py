@@ -15,7 +15,9 @@ from bench.peers import GENAI_CONFIG, GenaiPeer, best, genai_config, genai_model
 from tokenizers import Tokenizer
 
 from nrt.catalogue import MODEL_FILE, PreparedArtifact, prepare
+from nrt.catalogue.signature import read_signature
 from nrt.inference import bare_greedy, build_session, load_weights
+from nrt.inference.artifact import LOGITS_TO_KEEP
 
 PROMPT = "The history of the city of Paris begins"
 
@@ -46,7 +48,11 @@ def test_the_genai_config_describes_the_artifact(tiny: PreparedArtifact) -> None
     assert decoder["inputs"]["past_key_names"] % 1 == record.past_inputs[2]
     assert decoder["outputs"]["present_value_names"] % 0 == record.present_outputs[1]
     with genai_model_dir(tiny.directory) as directory:
-        assert (directory / MODEL_FILE).resolve() == tiny.model_path.resolve()
+        # the artifact's graph takes logits_to_keep: genai gets a copy with it fixed at 0 (every position)
+        given = {i.name: i for i in read_signature(directory / MODEL_FILE).inputs}
+        assert LOGITS_TO_KEEP in {i.name for i in read_signature(tiny.model_path).inputs}
+        assert LOGITS_TO_KEEP not in given
+        assert set(given) == {i.name for i in read_signature(tiny.model_path).inputs} - {LOGITS_TO_KEEP}
         assert json.loads((directory / GENAI_CONFIG).read_text()) == config
 
 
