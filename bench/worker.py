@@ -19,7 +19,7 @@
 Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
 each, so that a noisy neighbour slows all of them rather than one.
 
-    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64]
+    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -87,9 +88,9 @@ def artifact(name: str, provider: Provider) -> Path:
 class Bare:
     """The bare ONNX Runtime loop over ``path``, one round at a time."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, spin: bool) -> None:
         model = CausalLM.load(path)
-        self.session = build_session(load_weights(path))
+        self.session = build_session(load_weights(path), spin=spin)
         self.ids = model.encode(PROMPT)
         bare_greedy(self.session, self.ids, 4)  # warm-up
 
@@ -203,7 +204,7 @@ class WorkerFigures(msgspec.Struct, frozen=True):
     aggregate_tokens_per_s: float  # at PEER_CONCURRENCY concurrent
 
 
-async def main(model: str, n: int) -> None:
+async def main(model: str, n: int, spin: bool) -> None:
     from specialist_worker.resources import detect
     from specialist_worker.worker import Worker
 
@@ -219,13 +220,18 @@ async def main(model: str, n: int) -> None:
         print(f"worker benchmark: {model} ({path}), {n} greedy tokens, prompt {PROMPT!r}", flush=True)
         if gpu and load_record(path).provider != provider:
             print(f"note: no {provider} variant of {model} is built: `nrt models prepare {model} --provider cuda`")
-        floor = await asyncio.to_thread(Bare, path)
+        floor = await asyncio.to_thread(Bare, path, spin)
         print(f"provider: {active_provider(floor.session)}", flush=True)
+        print(
+            f"ONNX Runtime (floor and worker): default intra-op threads, spin-wait {'on' if spin else 'off'}; "
+            f"llama.cpp: n_threads={os.cpu_count()}, its threads spin-wait by design",
+            flush=True,
+        )
         peers = None if gpu else await asyncio.to_thread(Peers, stack, model, path)
         nc = await connect(url, "bench-worker")
         await ensure_events_stream(nc.jetstream())
         worker_broker = await start_broker(url, "bench-worker-service")
-        worker = Worker(worker_broker, detect(), worker_id="bench", max_batch_size=max(levels))
+        worker = Worker(worker_broker, detect(), worker_id="bench", max_batch_size=max(levels), ort_spin=spin)
         await worker.start()
         try:
             await rpc.request(
@@ -355,5 +361,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--spin",
+        action="store_true",
+        help="ONNX Runtime threads spin-wait between runs (NRT_WORKER_ORT_SPIN=1: a worker with the host to itself)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.model, args.tokens))
+    asyncio.run(main(args.model, args.tokens, args.spin))
