@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from nrt.events import Event, decode, schema_version
 from nrt.infra.pgurl import to_sqlalchemy
 from nrt.store.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
-from nrt.store.hashchain import GENESIS, ChainVerifier, link
+from nrt.store.hashchain import GENESIS, link, verify_rows
 from nrt.store.records import (
     AppendResult,
     ChainReport,
@@ -457,25 +457,7 @@ class EventStore(DecisionLog):
 
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the chain from the first row; name the first row that does not match."""
-        verifier = ChainVerifier()
-        while True:
-            async with self.engine.connect() as conn:
-                result = await conn.execute(
-                    sa.text(
-                        "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
-                        "FROM events WHERE position >= :lo ORDER BY position LIMIT :n"
-                    ),
-                    {"lo": verifier.next_position, "n": page},
-                )
-                rows = result.all()
-            if not rows:
-                return verifier.intact()
-            for position, event_id, stream_id, version, body, stored_prev, stored_hash in rows:
-                broken = verifier.check(
-                    position, event_id, stream_id, version, body.encode(), bytes(stored_prev), bytes(stored_hash)
-                )
-                if broken is not None:
-                    return broken
+        return await verify_rows(self.chain_rows(page=page))
 
     # -- snapshots -------------------------------------------------------------------------
 
