@@ -163,13 +163,17 @@ class Controller:
 
     def on_recorded(self, recorded: list[RecordedEvent]) -> None:
         """Fold freshly recorded events and let the policies react to each."""
+        self._fold(recorded)
+        self._notify()
+
+    def _fold(self, recorded: list[RecordedEvent]) -> None:
+        """Fold each of ``recorded`` and, once acting, let the policies react to it."""
         for record in recorded:
             now = utc_now()
             self.state = absorb(self.state, record.event, now)
             self.position = record.position
             if self.acting:
                 self.react(record.event, now)
-        self._notify()
 
     def rebuild(self, position: int, event: AnyEvent, now: datetime) -> None:
         """Fold one event of the log as it is at start, without acting on history."""
@@ -344,12 +348,7 @@ class Controller:
         assert writing is not None
         self._deciding = True  # what the policies decide now joins this transaction
         try:
-            for record in recorded:
-                now = utc_now()
-                self.state = absorb(self.state, record.event, now)
-                self.position = record.position
-                if self.acting:
-                    self.react(record.event, now)
+            self._fold(recorded)
         finally:
             self._deciding = False
         if recorded:

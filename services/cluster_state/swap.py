@@ -62,10 +62,7 @@ class Swapper:
         try:
             new = parse_in_force(request.text, version)
         except ManifestError as exc:
-            problems = [p.render(f"manifest v{version}") for p in exc.problems]
-            raise BadRequest(
-                f"the manifest has {len(problems)} problem(s): " + "; ".join(problems), code="invalid_manifest"
-            ) from None
+            raise BadRequest(exc.summary(f"manifest v{version}"), code="invalid_manifest") from None
         step = start_swap(c.state, c.manifest, new, utc_now())
         self._target = step.swap.to_version
         if (plan := step.swap.plan) is not None:

@@ -22,10 +22,7 @@ async def dry_run(log: EventLog, request: WhatIf) -> WhatIfReport:
     try:
         candidate = parse_candidate(request.text, "the candidate manifest")
     except ManifestError as exc:
-        problems = [p.render(exc.file) for p in exc.problems]
-        raise RemoteError(
-            "invalid_manifest", f"the manifest has {len(problems)} problem(s): " + "; ".join(problems), INVALID
-        ) from None
+        raise RemoteError("invalid_manifest", exc.summary(), INVALID) from None
     recorded = await read_recorded(log, request.since)
     try:
         return await asyncio.to_thread(what_if, recorded, candidate)

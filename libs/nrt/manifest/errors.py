@@ -24,3 +24,8 @@ class ManifestError(Exception):
         self.file = file
         self.problems = sorted(problems, key=lambda p: (p.line or 0, p.path))
         super().__init__("\n".join(p.render(file) for p in self.problems))
+
+    def summary(self, file: str | None = None) -> str:
+        """Every problem on one line, each naming ``file`` (default: the file it was read as)."""
+        problems = [p.render(self.file if file is None else file) for p in self.problems]
+        return f"the manifest has {len(problems)} problem(s): " + "; ".join(problems)

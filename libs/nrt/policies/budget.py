@@ -12,7 +12,7 @@ resident budget too, each model's on top of the shared weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from nrt.manifest import Manifest, ModelSpec, Tier
@@ -71,18 +71,20 @@ class Holding:
         return self.bytes + (self.kv_bytes if self.tier == Tier.RESIDENT else 0)
 
 
-def session_kv_bytes(cluster: ClusterState, model_id: str, worker_id: str) -> int:
-    """The KV bytes the sessions of ``model_id`` hold on ``worker_id``, as last measured."""
-    return sum(
-        s.kv_bytes
-        for s in cluster.sessions.values()
-        if s.model_id == model_id and s.worker_id == worker_id and not s.kv_evicted
-    )
+def session_kv_bytes(cluster: ClusterState) -> dict[tuple[str, str], int]:
+    """The KV bytes the sessions hold by ``(model_id, worker_id)``, as last measured (one pass over the sessions)."""
+    out: dict[tuple[str, str], int] = {}
+    for s in cluster.sessions.values():
+        if not s.kv_evicted:
+            key = (s.model_id, s.worker_id)
+            out[key] = out.get(key, 0) + s.kv_bytes
+    return out
 
 
 def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
     """Every model held on a live-or-alive worker, with pending changes counted as done."""
     specs = {s.id: s for s in manifest.models} if manifest is not None else {}
+    kv = session_kv_bytes(state.cluster)
     out: list[Holding] = []
     seen: set[tuple[str, str]] = set()
     for model_id, model in sorted(state.cluster.models.items()):
@@ -91,24 +93,32 @@ def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
             if worker is None or not worker.alive:
                 continue
             seen.add((model_id, worker_id))
-            out.append(_holding(state, specs.get(model_id), model_id, worker_id, model.artifact))
+            out.append(_holding(state, specs.get(model_id), model_id, worker_id, model.artifact, kv))
     for pending in state.pending.values():  # loads sent but not yet in the log
         if pending.kind != "tier" or pending.model_id is None or (pending.model_id, pending.worker_id) in seen:
             continue
         spec = specs.get(pending.model_id)
         artifact = spec.source if spec is not None else pending.model_id
-        out.append(_holding(state, spec, pending.model_id, pending.worker_id, artifact))
+        out.append(_holding(state, spec, pending.model_id, pending.worker_id, artifact, kv))
     return [h for h in out if h.tier != Tier.UNLOADED]
 
 
-def _holding(state: ControlState, spec: ModelSpec | None, model_id: str, worker_id: str, artifact: str) -> Holding:
+def _holding(
+    state: ControlState,
+    spec: ModelSpec | None,
+    model_id: str,
+    worker_id: str,
+    artifact: str,
+    kv: Mapping[tuple[str, str], int],
+) -> Holding:
     tier = state.tier_of(model_id, worker_id)
     model = state.cluster.models.get(model_id)
     placement = model.placements.get(worker_id) if model is not None else None
     held = placement.bytes_held if placement is not None else 0
     declared = footprint(spec, state.cluster) if spec is not None else 0
-    kv = session_kv_bytes(state.cluster, model_id, worker_id)
-    return Holding(model_id, worker_id, artifact or model_id, tier, max(held, declared), kv)
+    return Holding(
+        model_id, worker_id, artifact or model_id, tier, max(held, declared), kv.get((model_id, worker_id), 0)
+    )
 
 
 def charged(held: Iterable[Holding]) -> dict[tuple[str, str], Holding]:

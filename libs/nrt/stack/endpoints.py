@@ -26,15 +26,21 @@ def stack_dir() -> Path:
 
 def write(endpoints: Endpoints, directory: Path | None = None) -> Path:
     path = (directory or stack_dir()) / ENDPOINTS_FILE
+    # owner-only: the database URL carries the services' PostgreSQL password
+    write_private(path, msgspec.json.encode(endpoints))
+    return path
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once, in a file only this user can read (mode 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    # owner-only: the database URL carries the services' PostgreSQL password
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
-        out.write(msgspec.json.encode(endpoints))
+        out.write(data)
+    os.chmod(tmp, 0o600)  # whatever the umask
     tmp.replace(path)
-    return path
 
 
 def remove(directory: Path | None = None) -> None:

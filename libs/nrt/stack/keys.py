@@ -8,14 +8,13 @@ read the file when no key is given.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
 
 from nrt.keys import generate_key
-from nrt.stack.endpoints import stack_dir
+from nrt.stack.endpoints import stack_dir, write_private
 
 KEYS_FILE = "keys.json"
 API_KEY_ENV = "NRT_API_KEY"
@@ -41,14 +40,8 @@ def read(directory: Path | None = None) -> StackKeys | None:
 
 def write(keys: StackKeys, directory: Path) -> Path:
     """Write ``keys`` readable by this user only (the file is never world- or group-readable)."""
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / KEYS_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(msgspec.json.encode(keys))
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    write_private(path, msgspec.json.encode(keys))
     return path
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from nrt.events import Event, decode, schema_version
 from nrt.infra.pgurl import to_sqlalchemy
 from nrt.store.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
-from nrt.store.hashchain import GENESIS, ChainVerifier, link
+from nrt.store.hashchain import GENESIS, link, verify_rows
 from nrt.store.records import (
     AppendResult,
     ChainReport,
@@ -168,10 +168,15 @@ class EventStore(DecisionLog):
         return result
 
     async def _append_in(
-        self, conn: AsyncConnection, events: Sequence[Event], expected_versions: Mapping[str, int] | None
+        self,
+        conn: AsyncConnection,
+        events: Sequence[Event],
+        expected_versions: Mapping[str, int] | None,
+        tail: tuple[int, bytes] | None = None,
     ) -> tuple[AppendResult, dict[str, int], tuple[int, bytes]]:
         """The checked append inside a transaction holding the append lock: the result, the stream
-        versions it saw or wrote, and the new tail."""
+        versions it saw or wrote, and the new tail. ``tail``: the one an earlier append of this
+        transaction left (None: read it)."""
         fresh = await self._unseen(conn, events)
         duplicates = len(events) - len(fresh)
         streams = {e.stream_id for e in fresh} | set(_expected_for(expected_versions))
@@ -180,7 +185,7 @@ class EventStore(DecisionLog):
             actual = versions.get(stream_id, 0)
             if actual != expected and any(e.stream_id == stream_id for e in fresh):
                 raise ConcurrencyError(stream_id, expected, actual)
-        head, prev_hash = await self._head(conn)
+        head, prev_hash = tail if tail is not None else await self._head(conn)
         known = {stream_id: versions.get(stream_id, 0) for stream_id in streams}
         if not fresh:
             return AppendResult(recorded=[], duplicates=duplicates, head=head), known, (head, prev_hash)
@@ -263,14 +268,15 @@ class EventStore(DecisionLog):
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
-                result, _, _ = await self._append_in(conn, causes, None)
+                result, _, tail = await self._append_in(conn, causes, None)
                 recorded = result.recorded
                 for _ in range(MAX_ROUNDS):
                     decision = decide(recorded)
                     if not decision.events:
                         break
                     expected = await self._versions_at(conn, {e.stream_id for e in decision.events}, decision.seen)
-                    recorded = (await self._append_in(conn, decision.events, expected))[0].recorded
+                    appended, _, tail = await self._append_in(conn, decision.events, expected, tail)
+                    recorded = appended.recorded
                     if recorded:
                         await conn.execute(
                             sa.text("INSERT INTO decision_outbox (position) SELECT unnest(CAST(:p AS bigint[]))"),
@@ -457,25 +463,7 @@ class EventStore(DecisionLog):
 
     async def verify(self, page: int = 10_000) -> ChainReport:
         """Recompute the chain from the first row; name the first row that does not match."""
-        verifier = ChainVerifier()
-        while True:
-            async with self.engine.connect() as conn:
-                result = await conn.execute(
-                    sa.text(
-                        "SELECT position, event_id::text, stream_id, stream_version, body::text, prev_hash, hash "
-                        "FROM events WHERE position >= :lo ORDER BY position LIMIT :n"
-                    ),
-                    {"lo": verifier.next_position, "n": page},
-                )
-                rows = result.all()
-            if not rows:
-                return verifier.intact()
-            for position, event_id, stream_id, version, body, stored_prev, stored_hash in rows:
-                broken = verifier.check(
-                    position, event_id, stream_id, version, body.encode(), bytes(stored_prev), bytes(stored_hash)
-                )
-                if broken is not None:
-                    return broken
+        return await verify_rows(self.chain_rows(page=page))
 
     # -- snapshots -------------------------------------------------------------------------
 

@@ -7,11 +7,11 @@ the chain is computed and verified one way whatever holds the rows.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from typing import NamedTuple
 
 from nrt.events import Event, encode
-from nrt.store.records import ChainReport
+from nrt.store.records import ChainReport, ChainRow
 
 GENESIS = bytes(32)
 
@@ -97,3 +97,15 @@ class ChainVerifier:
         return ChainReport(
             ok=False, checked=self.checked, first_bad_position=position, event_id=event_id, reason=reason
         )
+
+
+async def verify_rows(rows: AsyncIterable[ChainRow]) -> ChainReport:
+    """Recompute the chain over ``rows`` (the log's rows from the first, in position order)."""
+    verifier = ChainVerifier()
+    async for row in rows:
+        broken = verifier.check(
+            row.position, row.event_id, row.stream_id, row.stream_version, row.body, row.prev_hash, row.hash
+        )
+        if broken is not None:
+            return broken
+    return verifier.intact()

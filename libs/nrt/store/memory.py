@@ -17,7 +17,7 @@ import msgspec
 
 from nrt.events import Event, decode, schema_version, utc_now
 from nrt.store.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
-from nrt.store.hashchain import GENESIS, ChainVerifier, link
+from nrt.store.hashchain import GENESIS, link, verify_rows
 from nrt.store.records import (
     AppendResult,
     ChainReport,
@@ -283,14 +283,7 @@ class InMemoryEventStore(DecisionLog):
                 )
 
     async def verify(self, page: int = 10_000) -> ChainReport:
-        verifier = ChainVerifier()
-        for row in list(self._rows.values()):
-            broken = verifier.check(
-                row.position, row.event_id, row.stream_id, row.stream_version, row.body, row.prev_hash, row.hash
-            )
-            if broken is not None:
-                return broken
-        return verifier.intact()
+        return await verify_rows(self.chain_rows(page=page))
 
     # -- snapshots -------------------------------------------------------------------------
 

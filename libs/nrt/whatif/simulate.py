@@ -30,7 +30,7 @@ from nrt.policies.budget import budget_for, budget_key, holdings, tier_total
 from nrt.policies.eviction import make_resident
 from nrt.policies.model import EPOCH, Command, Control, ControlState, Refuse
 from nrt.policies.warming import co_activate
-from nrt.state import ClusterState, evolve
+from nrt.state import ClusterState, evolve, fold
 from nrt.units import format_size
 from nrt.vocabulary import Reason
 
@@ -140,7 +140,7 @@ def placed(candidate: Manifest, at: datetime) -> ClusterState:
                 occurred_at=at,
             )
         )
-    return _fold(ClusterState(), events)
+    return fold(events)
 
 
 def budgets(state: ClusterState, candidate: Manifest) -> list[BudgetUse]:
@@ -162,7 +162,8 @@ def budgets(state: ClusterState, candidate: Manifest) -> list[BudgetUse]:
 def simulate(current: Manifest | None, candidate: Manifest, steps: Sequence[Step]) -> Simulation:
     """``candidate`` applied before the first step (footprints filled in: ``with_footprints``), then every step."""
     start = steps[0].at if steps else EPOCH
-    state = placed(candidate, start)
+    applied = placed(candidate, start)
+    state = applied
     transitions = at_apply(current, candidate)
     refusals: list[Refusal] = []
     entry = candidate.routing.entry
@@ -202,8 +203,8 @@ def simulate(current: Manifest | None, candidate: Manifest, steps: Sequence[Step
             latency_ms=0.0,
             occurred_at=step.at,
         )
-        state = _fold(state, (fired, used))
-    return Simulation(budgets=budgets(placed(candidate, start), candidate), transitions=transitions, refusals=refusals)
+        state = fold((fired, used), state)
+    return Simulation(budgets=budgets(applied, candidate), transitions=transitions, refusals=refusals)
 
 
 def _tier(state: ClusterState, model_id: str) -> Tier:
@@ -259,9 +260,3 @@ def _refusal(command: Refuse, step: Step) -> Refusal:
     return Refusal(
         model_id=command.model_id, request_id=step.request_id, at=step.at, code=command.code, reason=command.reason
     )
-
-
-def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
-    for event in events:
-        state = evolve(state, event)
-    return state
