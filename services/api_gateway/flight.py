@@ -63,7 +63,7 @@ class Flight:
         prompt: str | None = None,
     ) -> None:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
-        self.key_id = key_id  # the API key the usage is recorded for (None: authentication is off)
+        self.key_id = key_id  # the API key the usage is recorded for (None: no key, with authentication off)
         self.prompt = prompt  # the routing text, recorded with RequestAdmitted (audit.record_prompts)
         self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
