@@ -5,10 +5,13 @@ The key comes as ``Authorization: Bearer <key>`` (what the OpenAI clients send) 
 (``ApiKeyCreated`` / ``ApiKeyRevoked``), by hash. A missing, unknown or revoked key is a 401,
 a key of too small a scope a 403, a key over its limits a 429 with ``Retry-After``, all in the
 OpenAI error shape. ``NRT_AUTH=off`` lets every request through (local experiments only).
+The guard hashes the key once and leaves the :class:`Caller` it found in the request's state,
+where the handlers read it (:func:`caller`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from litestar.connection import ASGIConnection
@@ -23,6 +26,15 @@ if TYPE_CHECKING:
     from api_gateway.runtime import Runtime
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
+CALLER_STATE = "nrt_caller"  # the request-state key the guards leave the Caller under
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request that passed its guard comes from."""
+
+    key_id: str | None  # the key its usage is recorded for (with NRT_AUTH=off: the presented key's, if any)
+    admin: bool  # whether it may see what only admins may (every caller, with NRT_AUTH=off)
 
 
 def presented_key(headers: Headers) -> str | None:
@@ -34,17 +46,12 @@ def presented_key(headers: Headers) -> str | None:
     return other or None
 
 
-def caller_key_id(headers: Headers) -> str | None:
-    """The key id of the key a request carries (recorded with its usage), or None."""
-    key = presented_key(headers)
-    return key_id_of(key_sha256(key)) if key is not None else None
-
-
-def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> None:
-    """Raise the ApiError a request with ``headers`` gets, unless its key may do what needs ``needed`` now."""
-    if not runtime.settings.auth:
-        return
+def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> Caller:
+    """The caller of a request with ``headers``; raises the ApiError it gets unless its key may do
+    what needs ``needed`` now."""
     token = presented_key(headers)
+    if not runtime.settings.auth:
+        return Caller(key_id=key_id_of(key_sha256(token)) if token is not None else None, admin=True)
     if token is None:
         raise ApiError(
             401,
@@ -71,27 +78,25 @@ def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> None:
             code="rate_limit_exceeded",
             headers={"Retry-After": str(refusal.retry_after)},
         )
+    return Caller(key_id=key.key_id, admin=key.scope == KeyScope.ADMIN)
 
 
-def is_admin(runtime: Runtime, headers: Headers) -> bool:
-    """Whether a request with ``headers`` carries a live admin key (every request is, with NRT_AUTH=off)."""
-    if not runtime.settings.auth:
-        return True
-    token, bus = presented_key(headers), runtime.bus
-    key = find_key(bus.follower.state.api_keys, token) if token is not None and bus is not None else None
-    return key is not None and key.scope == KeyScope.ADMIN
+def caller(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
+    """The caller the route's guard (``infer_key`` / ``admin_key``) found."""
+    found: Caller = connection.state[CALLER_STATE]
+    return found
 
 
-def _runtime(connection: ASGIConnection[Any, Any, Any, Any]) -> Runtime:
+def _guard(connection: ASGIConnection[Any, Any, Any, Any], needed: KeyScope) -> None:
     runtime: Runtime = connection.app.state.runtime
-    return runtime
+    connection.state[CALLER_STATE] = authorize(runtime, connection.headers, needed)
 
 
 def infer_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard: an ``infer`` (or ``admin``) key, within its limits."""
-    authorize(_runtime(connection), connection.headers, KeyScope.INFER)
+    _guard(connection, KeyScope.INFER)
 
 
 def admin_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard: an ``admin`` key, within its limits (checked before the body is read)."""
-    authorize(_runtime(connection), connection.headers, KeyScope.ADMIN)
+    _guard(connection, KeyScope.ADMIN)

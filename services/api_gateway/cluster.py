@@ -10,7 +10,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery, RawBody
 from msgspec.structs import replace
 
-from api_gateway.auth import admin_key, infer_key, is_admin
+from api_gateway.auth import admin_key, caller, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors, options_handler
@@ -111,7 +111,7 @@ async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any,
     except RemoteError as exc:
         log.warning("cluster_state did not answer %s (%s); serving the gateway's own fold", subjects.STATE, exc)
         state, source = bus.follower.state, "gateway"
-    if not is_admin(runtime, request.headers):  # the keys' hashes and usage are for admins
+    if not caller(request).admin:  # the keys' hashes and usage are for admins
         state = replace(state, api_keys={})
     return Response(state, headers={STATE_SOURCE_HEADER: source})
 

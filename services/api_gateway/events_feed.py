@@ -35,7 +35,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from api_gateway.auth import infer_key, is_admin
+from api_gateway.auth import caller, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.openapi_docs import KEYED, errors
 from api_gateway.runtime import Runtime
@@ -161,7 +161,7 @@ async def event_stream(
     types: FromQuery[str | None] = None,
     last: FromQuery[int] = DEFAULT_LAST,
 ) -> Stream:
-    query = feed_query(types, last, admin=is_admin(runtime, request.headers))
+    query = feed_query(types, last, admin=caller(request).admin)
     nc = runtime.require().nc
     return Stream(
         event_frames(nc, query, runtime.closing),

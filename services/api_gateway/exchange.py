@@ -32,7 +32,7 @@ from nats.aio.subscription import Subscription
 from api_gateway.deadlines import next_frame_timeout
 from api_gateway.settings import GatewaySettings
 from nrt.bus import rpc, subjects, tracing
-from nrt.bus.errors import DeadlineExceeded, RemoteError, Unavailable
+from nrt.bus.errors import DeadlineExceeded, RemoteError, model_unavailable
 from nrt.protocol import Accepted, InboxFrame, RouteRequest
 from nrt.routing import serving_workers
 from nrt.state import ClusterState
@@ -44,17 +44,11 @@ WORKER_LOST = "worker_lost"  # the error code of a request whose worker was lost
 WORKER_LOST_RETRY_AFTER_S = 2.0  # a lost worker's models are back once it restarts, or are placed elsewhere
 UNTAKEN_GRACE_S = 0.25  # a request sent this long before a worker is lost, and taken by none, may have gone to it
 
-UNAVAILABLE_RETRY_AFTER_S = 5.0  # a model no live worker serves: a lost worker restarts, or placement moves it
-
 
 def require_serving(state: ClusterState, model_id: str) -> None:
     """503 with Retry-After at once, not after a timeout, when no live worker serves ``model_id``."""
     if not serving_workers(state, model_id):
-        raise Unavailable(
-            f"model '{model_id}' is not loaded on any live worker (see GET /v1/models for placements)",
-            code="model_unavailable",
-            retry_after=UNAVAILABLE_RETRY_AFTER_S,
-        )
+        raise model_unavailable(model_id)
 
 
 Frame = Msg | RemoteError  # a message on the inbox, or an error the gateway itself puts there

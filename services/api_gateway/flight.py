@@ -27,7 +27,7 @@ from litestar import Request
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from api_gateway.auth import caller_key_id
+from api_gateway.auth import caller
 from api_gateway.errors import ApiError
 from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
 from api_gateway.runtime import Bus, Runtime
@@ -63,7 +63,7 @@ class Flight:
         prompt: str | None = None,
     ) -> None:
         self.runtime, self.bus, self.call, self.transcript, self.span = runtime, bus, call, transcript, span
-        self.key_id = key_id  # the API key the usage is recorded for (None: authentication is off)
+        self.key_id = key_id  # the API key the usage is recorded for (None: no key, with authentication off)
         self.prompt = prompt  # the routing text, recorded with RequestAdmitted (audit.record_prompts)
         self.exchange = RouteExchange(bus.nc, bus.inboxes, runtime.settings)
         self.ended = False
@@ -287,7 +287,7 @@ async def take_off(
             started_wall=started_wall,
         )
         prompt = recorded_prompt(admission.manifest, call, routed)
-        flight = Flight(runtime, bus, call, transcript, span, caller_key_id(request.headers), prompt)
+        flight = Flight(runtime, bus, call, transcript, span, caller(request).key_id, prompt)
         try:
             await flight.start()
             return flight, await flight.next_text()  # the HTTP answer starts with the first token

@@ -15,7 +15,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from msgspec.structs import asdict
 
-from api_gateway.auth import admin_key, caller_key_id
+from api_gateway.auth import admin_key, caller
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, KeyUsageInfo
 from api_gateway.openapi_docs import KEYED, errors, options_handler
@@ -76,7 +76,7 @@ async def create_key(
         key_sha256=digest,
         rps=data.rps,
         tokens_per_min=data.tokens_per_min,
-        created_by=caller_key_id(request.headers),
+        created_by=caller(request).key_id,
     )
     try:
         created = await call(bus.broker, subjects.KEYS_CREATE, asked, ApiKey, KEYS_TIMEOUT)
@@ -116,7 +116,7 @@ async def revoke_key(
     key_id: FromPath[str], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
 ) -> KeyInfo:
     bus = runtime.require()
-    asked = RevokeKey(key_id=key_id, revoked_by=caller_key_id(request.headers))
+    asked = RevokeKey(key_id=key_id, revoked_by=caller(request).key_id)
     try:
         revoked = await call(bus.broker, subjects.KEYS_REVOKE, asked, ApiKey, KEYS_TIMEOUT)
         await bus.follower.wait_for(

@@ -18,7 +18,7 @@ from litestar import Request, Response, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Parameter, Schema
+from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.openapi.spec.operation import Operation
 from litestar.params import JSONBody
 from litestar.response import Stream
@@ -29,7 +29,7 @@ from api_gateway.anthropic_validate import validate_messages
 from api_gateway.auth import infer_key
 from api_gateway.errors import ApiError, from_http_exception
 from api_gateway.flight import Flight, take_off
-from api_gateway.openapi_docs import ERRORS, SESSION
+from api_gateway.openapi_docs import ERRORS, document_streamed_chat
 from api_gateway.runtime import Runtime
 from api_gateway.shaping import SSE_HEADERS
 from api_gateway.validate import SESSION_HEADER
@@ -64,12 +64,7 @@ class MessagesOperation(Operation):
     may come in a header."""
 
     def __post_init__(self) -> None:
-        ok = (self.responses or {}).get("200")
-        assert isinstance(ok, OpenAPIResponse), "document the JSON 200 first"
-        assert ok.content is not None
-        ok.content["text/event-stream"] = OpenAPIMediaType(schema=SSE_EVENT)
-        header = Parameter(name="X-NRT-Session", param_in="header", schema=SESSION, description=SESSION.description)
-        self.parameters = [*(self.parameters or []), header]
+        document_streamed_chat(self, SSE_EVENT)
 
 
 def _error_response(error: ApiError) -> Response[ErrorEvent]:

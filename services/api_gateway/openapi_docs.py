@@ -84,13 +84,28 @@ class ChatOperation(Operation):
     events; the conversation id may come in a header."""
 
     def __post_init__(self) -> None:
-        ok = (self.responses or {}).get("200")
-        assert isinstance(ok, OpenAPIResponse), "document the JSON 200 first"
-        assert ok.content is not None
-        ok.content["text/event-stream"] = OpenAPIMediaType(schema=SSE_EVENT)
-        header = Parameter(name="X-NRT-Session", param_in="header", schema=SESSION, description=SESSION.description)
-        assert header.name.lower() == SESSION_HEADER
-        self.parameters = [*(self.parameters or []), header]
+        document_streamed_chat(self, SSE_EVENT)
+
+
+def document_streamed_chat(operation: Operation, event: Schema) -> None:
+    """A chat operation's 200 is JSON or server-sent events (each ``event``); the conversation id may come
+    in the ``X-NRT-Session`` header."""
+    ok = (operation.responses or {}).get("200")
+    assert isinstance(ok, OpenAPIResponse), "document the JSON 200 first"
+    assert ok.content is not None
+    ok.content["text/event-stream"] = OpenAPIMediaType(schema=event)
+    header = Parameter(name="X-NRT-Session", param_in="header", schema=SESSION, description=SESSION.description)
+    assert header.name.lower() == SESSION_HEADER
+    operation.parameters = [*(operation.parameters or []), header]
+
+
+def _document_conversation(fields: dict[str, Schema | Reference], max_messages: int) -> None:
+    """A chat request's ``model`` (not empty) and ``messages`` (1 to ``max_messages``, one from the user)."""
+    _value(fields["model"]).min_length = 1
+    messages = _value(fields["messages"])
+    messages.min_items, messages.max_items = 1, max_messages
+    messages.contains = Schema(type=OpenAPIType.OBJECT, required=["role"], properties={"role": Schema(const="user")})
+    messages.description = f"1 to {max_messages} messages, at least one from the user"
 
 
 def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages: int) -> None:
@@ -100,11 +115,7 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     schemas = openapi.components.schemas if openapi.components and openapi.components.schemas else {}
     request, message, part = schemas["ChatCompletionRequest"], schemas["MessageIn"], schemas["ContentPart"]
     fields = request.properties or {}
-    _value(fields["model"]).min_length = 1
-    messages = _value(fields["messages"])
-    messages.min_items, messages.max_items = 1, max_messages
-    messages.contains = Schema(type=OpenAPIType.OBJECT, required=["role"], properties={"role": Schema(const="user")})
-    messages.description = f"1 to {max_messages} messages, at least one from the user"
+    _document_conversation(fields, max_messages)
     for name in ("max_tokens", "max_completion_tokens"):
         _value(fields[name]).minimum, _value(fields[name]).maximum = 1, max_tokens_limit
     temperature, top_p, seed, n = (_value(fields[k]) for k in ("temperature", "top_p", "seed", "n"))
@@ -146,13 +157,9 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     schemas = openapi.components.schemas if openapi.components and openapi.components.schemas else {}
     request, message, block = schemas["MessagesRequest"], schemas["MessageParam"], schemas["BlockIn"]
     fields = request.properties or {}
-    _value(fields["model"]).min_length = 1
+    _document_conversation(fields, max_messages)
     max_tokens = _value(fields["max_tokens"])
     max_tokens.minimum, max_tokens.maximum = 1, max_tokens_limit
-    messages = _value(fields["messages"])
-    messages.min_items, messages.max_items = 1, max_messages
-    messages.contains = Schema(type=OpenAPIType.OBJECT, required=["role"], properties={"role": Schema(const="user")})
-    messages.description = f"1 to {max_messages} messages, at least one from the user"
     temperature, top_p, top_k = (_value(fields[k]) for k in ("temperature", "top_p", "top_k"))
     temperature.minimum, temperature.maximum = 0, 1
     top_p.exclusive_minimum, top_p.maximum = 0, 1

@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind
 
 from nrt.bus import rpc, subjects
 from nrt.bus.emitter import EventEmitter
-from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
+from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, model_unavailable
 from nrt.bus.rpc import StreamInbox
 from nrt.events import RequestRouted
 from nrt.manifest import Manifest
@@ -38,9 +38,6 @@ from specialist_worker.worker import Worker, stream_answer
 
 tracer = trace.get_tracer("router_svc")
 
-UNAVAILABLE_RETRY_AFTER_S = (
-    5.0  # a model no live worker serves: a lost worker restarts, or placement moves it, in seconds
-)
 PLACEMENT_SETTLE_S = 5.0  # a router host that has joined this long ago without a placement will not get one soon
 
 
@@ -185,11 +182,7 @@ class Router:
         # A forwarded request has someone else's reply subject, so NATS cannot tell the gateway
         # that nobody subscribes: check the folded placements instead of letting it time out.
         if not serving_workers(self.manifests.follower.state, target):
-            raise Unavailable(
-                f"model '{target}' is not loaded on any live worker (see GET /v1/models for placements)",
-                code="model_unavailable",
-                retry_after=UNAVAILABLE_RETRY_AFTER_S,
-            )
+            raise model_unavailable(target)
         generate = self._generate_request(request, target, route)
         with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
             span.set_attribute("messaging.destination.name", subjects.infer(target))

@@ -37,6 +37,18 @@ class Unavailable(RemoteError):
         super().__init__(code, message, 503, retry_after)
 
 
+MODEL_UNAVAILABLE_RETRY_AFTER_S = 5.0  # a lost worker restarts, or placement moves its models, in seconds
+
+
+def model_unavailable(model_id: str) -> Unavailable:
+    """The error of a request for ``model_id`` when no live worker serves it (503 with Retry-After)."""
+    return Unavailable(
+        f"model '{model_id}' is not loaded on any live worker (see GET /v1/models for placements)",
+        code="model_unavailable",
+        retry_after=MODEL_UNAVAILABLE_RETRY_AFTER_S,
+    )
+
+
 OVERLOADED_RETRY_AFTER_S = 1.0
 
 
