@@ -106,6 +106,17 @@ def likelihood_floor(request: ClassifyRequest) -> Calibration:
     return likelihood_calibration(examples_digest(intent_examples(request.labels, request.examples)))
 
 
+def classify_with(
+    model: Encoder | CausalLM, routers: RouterIndexes, request: ClassifyRequest, template: str | None = None
+) -> tuple[Scored, Calibration | None]:
+    """``request`` scored by an entry model, with the floor it calibrates to: an encoder's example
+    index (built once, in ``routers``), or a causal model's label likelihoods (``template``: its prompt's)."""
+    if isinstance(model, Encoder):
+        router = routers.get(request.model_id, model, request.labels, request.examples)
+        return classify_encoder(model, router, request.text), router.calibration
+    return classify_causal(model, request.labels, request.text, template), likelihood_floor(request)
+
+
 def classify_encoder(encoder: Encoder, router: RouterIndex, text: str) -> Scored:
     return score(router.index, encoder.embed([text])[0])
 

@@ -15,6 +15,7 @@ and the bytes free now (reported in each heartbeat).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -74,8 +75,9 @@ def available_ram_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+@functools.cache
 def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
+    """The CPU's model name (/proc/cpuinfo, read once a process), else what the platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -14,7 +14,7 @@ from nrt.inference import CausalLM, Encoder
 from nrt.inference.artifact import read_record
 from nrt.inference.weights import build_session, load_weights
 from nrt.manifest import Manifest
-from nrt.protocol import Calibration, ClassifyReply
+from nrt.protocol import ClassifyReply
 from nrt.routing import Decision, classify_request, decide, restrict
 from specialist_worker import classify
 from specialist_worker.sources import LocalArtifact, resolve
@@ -37,13 +37,7 @@ def offline_router(manifest: Manifest) -> Callable[[str], Decision]:
 
     def decision(text: str) -> Decision:
         ask = classify_request(manifest, "what-if", text)
-        calibration: Calibration | None
-        if isinstance(runtime, Encoder):
-            index = routers.get(spec.id, runtime, ask.labels, ask.examples)
-            scored, calibration = classify.classify_encoder(runtime, index, text), index.calibration
-        else:
-            scored = classify.classify_causal(runtime, ask.labels, text, spec.template)
-            calibration = classify.likelihood_floor(ask)
+        scored, calibration = classify.classify_with(runtime, routers, ask, spec.template)
         assert scored.best is not None  # the manifest declares at least one label
         reply = ClassifyReply(
             model_id=spec.id,

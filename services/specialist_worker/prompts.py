@@ -7,7 +7,7 @@ import msgspec
 from nrt.inference import GenerationRequest, PromptTemplate, builtin_template
 from nrt.inference.templates import BUILTIN_TEMPLATES
 from nrt.manifest import Generation, ModelSpec
-from nrt.protocol import GenerateRequest
+from nrt.protocol import GenerateRequest, SamplingParams
 
 DEFAULT_TEMPLATE = "plain-chat"
 
@@ -28,20 +28,31 @@ def template_for(spec: ModelSpec | None) -> PromptTemplate:
     return PromptTemplate(**(msgspec.structs.asdict(base) | parts))  # checked again, as any template
 
 
-def generation_request(request: GenerateRequest, spec: ModelSpec | None, session_key: str | None) -> GenerationRequest:
-    """The engine request: the prompt rendered, client params over the manifest's defaults."""
-    template = template_for(spec)
+def requested_generation(params: SamplingParams, spec: ModelSpec | None) -> Generation:
+    """The client's settings over the manifest's generation defaults (stop sequences: both, the client's first)."""
     defaults = spec.generation if spec is not None else Generation()
-    prompt = request.prompt if request.prompt is not None else template.render(request.messages)
-    params = request.params
-    return GenerationRequest(
-        prompt=prompt,
+    return Generation(
         max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
         temperature=params.temperature if params.temperature is not None else defaults.temperature,
         top_p=params.top_p if params.top_p is not None else defaults.top_p,
+        stop=tuple(dict.fromkeys((*params.stop, *defaults.stop))),
+    )
+
+
+def generation_request(request: GenerateRequest, spec: ModelSpec | None, session_key: str | None) -> GenerationRequest:
+    """The engine request: the prompt rendered, client params over the manifest's defaults."""
+    template = template_for(spec)
+    prompt = request.prompt if request.prompt is not None else template.render(request.messages)
+    params = request.params
+    chosen = requested_generation(params, spec)
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=chosen.max_tokens,
+        temperature=chosen.temperature,
+        top_p=chosen.top_p,
         top_k=params.top_k or 0,
         seed=params.seed,
-        stop=tuple(dict.fromkeys((*params.stop, *defaults.stop, *template.stop))),
+        stop=tuple(dict.fromkeys((*chosen.stop, *template.stop))),
         session_id=session_key,
         request_id=request.request_id,
         stream=request.stream,

@@ -30,7 +30,6 @@ from nrt.protocol import (
     GenerateChunk,
     GenerateRequest,
 )
-from nrt.routing import Scored
 from nrt.vocabulary import Reason, Tier
 from specialist_worker import classify
 from specialist_worker.hosting import ModelHost, session_key
@@ -172,16 +171,11 @@ class Serving:
         await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         started = time.perf_counter()
-        calibration: Calibration | None
-        if isinstance(runtime, Encoder):
-            result, calibration = await asyncio.to_thread(self._classify_encoder, request, runtime)
-        else:
-            spec = self.specs(request.model_id)
-            template = spec.template if spec is not None else None
-            result = await asyncio.to_thread(
-                classify.classify_causal, runtime.model, request.labels, request.text, template
-            )
-            calibration = classify.likelihood_floor(request)
+        model = runtime if isinstance(runtime, Encoder) else runtime.model
+        spec = self.specs(request.model_id)
+        template = spec.template if spec is not None else None
+        # off the event loop, in one thread handoff (an encoder's index is built once, on first use)
+        result, calibration = await asyncio.to_thread(classify.classify_with, model, self.routers, request, template)
         self._announce(request.model_id, calibration)
         assert result.best is not None  # there is at least one label
         return ClassifyReply(
@@ -193,11 +187,6 @@ class Serving:
             latency_ms=(time.perf_counter() - started) * 1e3,
             calibration=calibration,
         )
-
-    def _classify_encoder(self, request: ClassifyRequest, encoder: Encoder) -> tuple[Scored, Calibration | None]:
-        """Off the event loop, in one thread handoff: the router's index (built once) and the scores."""
-        router = self.routers.get(request.model_id, encoder, request.labels, request.examples)
-        return classify.classify_encoder(encoder, router, request.text), router.calibration
 
     async def calibrate_at_load(self, model_id: str) -> None:
         """The manifest's entry model sets its own floor as it loads, not at its first request."""

@@ -266,10 +266,7 @@ class DeviceOps:
         if self._host_logits:
             host: FloatArray = logits.numpy()[:, -1, :]
             return host
-        with self._lock:
-            self._tail.input("logits", logits)
-            self._tail.host_output("last")
-            out: FloatArray = self._tail.run()[0].numpy()
+        out: FloatArray = self._tail_output(logits, "last")
         return out
 
     def greedy(self, logits: OrtValue) -> IntArray:
@@ -277,11 +274,16 @@ class DeviceOps:
         if self._host_logits:
             ids: IntArray = logits.numpy()[:, -1, :].argmax(axis=-1)
             return ids
+        chosen: IntArray = self._tail_output(logits, "argmax")
+        return chosen
+
+    def _tail_output(self, logits: OrtValue, output: str) -> npt.NDArray[Any]:
+        """One output of the logits' tail graph (``last`` or ``argmax``), run on the device, on the host."""
         with self._lock:
             self._tail.input("logits", logits)
-            self._tail.host_output("argmax")
-            chosen: IntArray = self._tail.run()[0].numpy()
-        return chosen
+            self._tail.host_output(output)
+            result: npt.NDArray[Any] = self._tail.run()[0].numpy()
+        return result
 
 
 def _provider_options(session: ort.InferenceSession) -> list[dict[str, str]]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from nrt.manifest import Generation, ModelSpec
+from nrt.manifest import ModelSpec
 from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest
+from specialist_worker.prompts import requested_generation
 from specialist_worker.remote import anthropic_messages, openai_chat
 from specialist_worker.remote.call import Piece, RemoteCall
 from specialist_worker.remote.transport import RemoteClient
@@ -18,15 +19,14 @@ WIRES: dict[str, Wire] = {"openai": openai_chat.chat, "anthropic": anthropic_mes
 def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
     """The call for ``request``: a raw prompt as one user turn; the client's settings over the manifest's."""
     messages = (ChatMessage("user", request.prompt),) if request.prompt is not None else request.messages
-    defaults = spec.generation if spec is not None else Generation()
-    params = request.params
+    chosen = requested_generation(request.params, spec)
     return RemoteCall(
         messages=messages,
-        max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
-        temperature=params.temperature if params.temperature is not None else defaults.temperature,
-        top_p=params.top_p if params.top_p is not None else defaults.top_p,
-        seed=params.seed,
-        stop=tuple(dict.fromkeys((*params.stop, *defaults.stop))),
+        max_tokens=chosen.max_tokens,
+        temperature=chosen.temperature,
+        top_p=chosen.top_p,
+        seed=request.params.seed,
+        stop=chosen.stop,
         stream=request.stream,
     )
 
