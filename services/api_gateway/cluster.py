@@ -154,13 +154,12 @@ async def put_manifest(
     try:  # a dry run reports a candidate's budgets instead of refusing it
         manifest = parse_manifest(data, "PUT /v1/manifest", footprint_of, budgets=not dry_run)
     except ManifestError as exc:
-        problems = [p.render(exc.file) for p in exc.problems]
         raise ApiError(
             422,
-            f"the manifest has {len(problems)} problem(s): " + "; ".join(problems),
+            exc.summary(),
             code="invalid_manifest",
             param=exc.problems[0].path or None if exc.problems else None,
-            problems=problems,
+            problems=[p.render(exc.file) for p in exc.problems],
         ) from None
     if dry_run:
         try:
