@@ -139,7 +139,8 @@ class Accepted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Cancel(msgspec.Struct, frozen=True, kw_only=True):
-    """Stop generating ``request_id`` (``nrt.requests.cancel``, to every worker): its client has gone."""
+    """Stop generating ``request_id`` (``nrt.requests.cancel``, to every worker): its client has gone
+    (``client_disconnected``), or the gateway ended it when its NATS connection dropped (``bus_lost``)."""
 
     request_id: str
     reason: str = "client_disconnected"

@@ -16,6 +16,11 @@ When the event log says a worker is lost (:meth:`Inboxes.worker_lost`), each req
 ends at once with a ``worker_lost`` error, as does each request no worker has taken yet that
 was sent a moment before (it may have been forwarded to the lost worker): the caller may
 retry such a request elsewhere when nothing of its answer has come yet.
+
+When the gateway's NATS connection drops (:meth:`Inboxes.bus_lost`), every request in flight
+ends at once with a 503 ``bus_lost`` error: a frame the server held when it went away is gone
+for good, so waiting for one would end only at a deadline. A request sent while the connection
+is down is refused with ``not_ready`` before it is sent.
 """
 
 from __future__ import annotations
@@ -43,12 +48,19 @@ _accepted = msgspec.json.Decoder(Accepted)
 WORKER_LOST = "worker_lost"  # the error code of a request whose worker was lost
 WORKER_LOST_RETRY_AFTER_S = 2.0  # a lost worker's models are back once it restarts, or are placed elsewhere
 UNTAKEN_GRACE_S = 0.25  # a request sent this long before a worker is lost, and taken by none, may have gone to it
+BUS_LOST = "bus_lost"  # the error code of a request in flight when the gateway's NATS connection dropped
+BUS_RETRY_AFTER_S = 1.0  # the connection is tried again every second (nrt.bus.connection)
 
 
 def require_serving(state: ClusterState, model_id: str) -> None:
     """503 with Retry-After at once, not after a timeout, when no live worker serves ``model_id``."""
     if not serving_workers(state, model_id):
         raise model_unavailable(model_id)
+
+
+def not_connected(nats_url: str) -> RemoteError:
+    """The 503 of a request that meets the gateway while its NATS connection is down."""
+    return RemoteError("not_ready", f"the gateway is not connected to NATS at {nats_url}", 503, BUS_RETRY_AFTER_S)
 
 
 Frame = Msg | RemoteError  # a message on the inbox, or an error the gateway itself puts there
@@ -108,6 +120,14 @@ class Inboxes:
             ended += 1
         return ended
 
+    def bus_lost(self, url: str) -> int:
+        """End every request in flight with a ``bus_lost`` error: the connection to NATS at ``url`` dropped,
+        and what the server held for them went with it. Returns how many."""
+        message = f"the gateway lost its connection to NATS at {url} while this request was in flight"
+        for queue in self._queues.values():
+            queue.put_nowait(RemoteError(BUS_LOST, message, 503, BUS_RETRY_AFTER_S))
+        return len(self._queues)
+
 
 class RouteExchange:
     def __init__(self, nc: Client, inboxes: Inboxes, settings: GatewaySettings) -> None:
@@ -123,7 +143,10 @@ class RouteExchange:
         self.deadline = time.time() + settings.request_timeout  # the same, as unix time: it travels with the request
 
     async def open(self, request: RouteRequest) -> None:
-        """Send ``request`` with the current trace context; the frames come back on our inbox."""
+        """Send ``request`` with the current trace context; the frames come back on our inbox. A 503
+        ``not_ready`` instead while the connection is down (what is sent then may meet a server that is gone)."""
+        if not self.nc.is_connected:
+            raise not_connected(self.settings.nats_url)
         await self.nc.publish(subjects.ROUTE, rpc.encode(request), reply=self.inbox, headers=tracing.inject())
 
     async def next(self) -> InboxFrame | None:

@@ -8,8 +8,9 @@ as a prompt beyond the context window, is a proper 4xx even for a streaming requ
 that, the endpoint shows errors in its stream. Every admitted request ends with exactly one
 ``RequestCompleted`` or ``RequestFailed``, under the manifest version it was admitted with,
 charged to the caller's key. A request whose worker is lost before any of its answer came is
-sent once more (to a live worker, or answered 503 at once); a client that goes away has its
-generation cancelled on the worker (``nrt.requests.cancel``).
+sent once more (to a live worker, or answered 503 at once); a client that goes away, or a
+request ended because the gateway's NATS connection dropped, has its generation cancelled on
+the worker (``nrt.requests.cancel``, sent once the connection is back).
 
 The endpoints (``completions`` for OpenAI, ``messages`` for Anthropic) only shape: they read
 the texts from a Flight and the rest from its ``Transcript``.
@@ -29,7 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from api_gateway.auth import caller
 from api_gateway.errors import ApiError
-from api_gateway.exchange import WORKER_LOST, RouteExchange, require_serving
+from api_gateway.exchange import BUS_LOST, WORKER_LOST, RouteExchange, require_serving
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import Transcript
 from api_gateway.validate import ChatCall, check_model
@@ -206,13 +207,19 @@ class Flight:
                 key_id=self.key_id,
             )
         )
+        if error.code == BUS_LOST:  # the worker may still be generating it: stop it once the bus is back
+            self._cancel(BUS_LOST)
 
     def abandon(self) -> None:
         """The client has gone: record it, and have the worker stop generating (if it still is)."""
         if self.ended:
             return
         self.fail(ApiError(CLIENT_GONE, "the client closed the connection", code="client_disconnected"))
-        cancel = Cancel(request_id=self.transcript.request_id, reason="client_disconnected")
+        self._cancel("client_disconnected")
+
+    def _cancel(self, reason: str) -> None:
+        """Tell the workers to stop generating this request (nats-py holds it while reconnecting)."""
+        cancel = Cancel(request_id=self.transcript.request_id, reason=reason)
         task = asyncio.get_running_loop().create_task(self.bus.nc.publish(subjects.CANCEL, rpc.encode(cancel)))
         _cancels.add(task)
         task.add_done_callback(_cancels.discard)

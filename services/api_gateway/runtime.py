@@ -17,7 +17,7 @@ from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
-from api_gateway.exchange import Inboxes
+from api_gateway.exchange import Inboxes, not_connected
 from api_gateway.ratelimit import RateLimiter
 from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
@@ -75,7 +75,10 @@ class Runtime:
         while True:
             try:
                 broker = await start_broker(
-                    self.settings.nats_url, "api_gateway", credentials=credentials_of(self.settings)
+                    self.settings.nats_url,
+                    "api_gateway",
+                    credentials=credentials_of(self.settings),
+                    on_disconnect=self._bus_lost,
                 )
                 break
             except ConnectionError as exc:
@@ -103,6 +106,11 @@ class Runtime:
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
 
+    def _bus_lost(self) -> None:
+        """The NATS connection dropped: end the requests in flight now, not at their deadlines."""
+        if self.bus is not None and (ended := self.bus.inboxes.bus_lost(self.settings.nats_url)):
+            log.warning("the connection to NATS dropped: ended %d request(s) in flight", ended)
+
     def _cluster(self) -> ClusterState:
         return self.bus.follower.state if self.bus is not None else ClusterState()
 
@@ -113,7 +121,7 @@ class Runtime:
         """The bus, or 503 while the gateway is not connected."""
         bus = self.bus
         if bus is None or not bus.nc.is_connected:
-            raise ApiError(503, f"the gateway is not connected to NATS at {self.settings.nats_url}", code="not_ready")
+            raise ApiError.from_remote(not_connected(self.settings.nats_url))
         return bus
 
     async def stop(self) -> None:

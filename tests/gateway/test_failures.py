@@ -1,8 +1,12 @@
 """Failures never hang a request: a dead worker, an unloaded model, router_svc gone, a model
-nobody serves. Each test runs its own stack (real worker, router_svc, gateway, real NATS)."""
+nobody serves, the NATS server killed under a request. Each test runs its own stack (real worker,
+router_svc, gateway, real NATS)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -14,6 +18,7 @@ from api_gateway.settings import GatewaySettings
 from nrt.bus.broker import start_broker
 from nrt.bus.follow import EventFollower
 from nrt.events import RequestFailed
+from nrt.infra.embedded_nats import EmbeddedNats
 from nrt.routing import serving_workers
 
 LONG = 400  # tokens: long enough to cut a stream in the middle
@@ -51,6 +56,54 @@ async def test_a_worker_that_dies_mid_stream_ends_the_stream_with_an_error_event
         assert time.monotonic() - started < 5
         failed = await failed_event(stack, request_id)
         assert (failed.code, failed.status, failed.model_id) == ("deadline_exceeded", 504, "billing")
+
+
+async def test_a_stream_in_flight_when_nats_dies_ends_at_once_and_the_stack_serves_once_it_is_back(
+    tmp_path: Path, nrt_home: Path
+) -> None:
+    """A frame the server held when it died is gone: the gateway ends what was in flight on its
+    disconnect (503 ``bus_lost``), not at the next deadline; the request is recorded once it can be."""
+    server = EmbeddedNats(tmp_path / "nats").start()  # this test's own server: it is killed
+    try:
+        async with start_stack(server.url, "tiny-support.yaml", settings=quick(server.url)) as stack:
+            async with stack.client().chat.completions.with_streaming_response.create(
+                model="billing", messages=user("hi"), stream=True, max_tokens=LONG
+            ) as response:
+                request_id = response.headers["x-nrt-request-id"]
+                chunks = await response.parse()
+                received = 0
+                with pytest.raises(openai.APIError) as caught:
+                    async for _ in chunks:
+                        received += 1
+                        if received == 2:
+                            assert server.pid is not None
+                            os.kill(server.pid, signal.SIGKILL)
+                            killed = time.monotonic()
+            assert time.monotonic() - killed < 1.5  # not the 1 s inter-token deadline plus a wait
+            assert "the gateway lost its connection to NATS" in caught.value.message
+            with pytest.raises(openai.APIStatusError) as refused:  # meanwhile: refused at once
+                await stack.client().chat.completions.create(model="billing", messages=user("hi"), max_tokens=2)
+            assert (refused.value.status_code, refused.value.code) == (503, "not_ready")
+            assert refused.value.response.headers["retry-after"] == "1"
+
+            server = EmbeddedNats(tmp_path / "nats", port=server.port).start()  # same port, same store
+            answered, refusals = None, []
+            deadline = time.monotonic() + 15
+            while answered is None and time.monotonic() < deadline:
+                try:
+                    answered = await stack.client().chat.completions.create(
+                        model="billing", messages=user("hi"), max_tokens=2
+                    )
+                except openai.APIStatusError as exc:  # until every service is back: a 503, at once
+                    refusals.append(exc.status_code)
+                    await asyncio.sleep(0.2)
+            assert answered is not None, f"the stack did not serve again within 15 s: {refusals}"
+            assert answered.choices[0].finish_reason == "length"
+            assert set(refusals) <= {503}, refusals
+            failed = await failed_event(stack, request_id)  # kept while the bus was down, sent after
+            assert (failed.code, failed.status, failed.model_id) == ("bus_lost", 503, "billing")
+    finally:
+        server.stop()
 
 
 async def test_a_worker_that_dies_mid_request_is_a_504(nats_url: str, nrt_home: Path) -> None:

@@ -1,5 +1,5 @@
 """The pure rules of failing fast: the inter-token deadline, the recent decode speed, Retry-After,
-and which in-flight requests a lost worker ends."""
+and which in-flight requests a lost worker, or a dropped NATS connection, ends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
-from api_gateway.exchange import WORKER_LOST, Inboxes
+from api_gateway.exchange import BUS_LOST, WORKER_LOST, Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.bus.errors import Overloaded, RemoteError
 from specialist_worker.hosting import recent_speed
@@ -79,3 +79,19 @@ async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before(
     inboxes.close(on_lost)
     assert inboxes.worker_lost("w1", "heartbeat_timeout") == 1  # the untaken one, again (it is still open)
     del untaken, fresh
+
+
+async def test_a_dropped_connection_ends_every_request_in_flight_at_once() -> None:
+    inboxes = Inboxes(_NoNats())  # type: ignore[arg-type]
+    taken, queue_taken = inboxes.open()
+    _, queue_untaken = inboxes.open()
+    closed, queue_closed = inboxes.open()
+    inboxes.taken(taken, "w1")
+    inboxes.close(closed)
+    assert inboxes.bus_lost("nats://127.0.0.1:4222") == 2
+    for queue in (queue_taken, queue_untaken):
+        error = queue.get_nowait()
+        assert isinstance(error, RemoteError)
+        assert (error.code, error.status, error.retry_after) == (BUS_LOST, 503, 1.0)
+        assert "lost its connection to NATS at nats://127.0.0.1:4222" in error.message
+    assert queue_closed.empty()  # a request that had ended is not touched

@@ -77,11 +77,17 @@ async def decode_body(message: StreamMessage[Any], original: Any) -> Any:
 
 
 def new_broker(
-    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+    url: str,
+    name: str,
+    *,
+    connect_timeout: float = 5.0,
+    credentials: BusCredentials | None = None,
+    on_disconnect: Callable[[], None] | None = None,
 ) -> NatsBroker:
     """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames;
-    authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``)."""
-    options = reconnecting(url, name, connect_timeout, credentials)
+    authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``),
+    calling ``on_disconnect`` each time its connection drops."""
+    options = reconnecting(url, name, connect_timeout, credentials, on_disconnect)
     security = _security(options.pop("nkeys_seed", None), options.pop("tls", None))
     return NatsBroker(
         url,
@@ -109,10 +115,17 @@ def _security(seed_file: str | None, tls: ssl.SSLContext | None) -> NatsSecurity
 
 
 async def start_broker(
-    url: str, name: str, *, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+    url: str,
+    name: str,
+    *,
+    connect_timeout: float = 5.0,
+    credentials: BusCredentials | None = None,
+    on_disconnect: Callable[[], None] | None = None,
 ) -> NatsBroker:
     """``new_broker`` connected and started; ConnectionError naming the URL when NATS is not there."""
-    broker = new_broker(url, name, connect_timeout=connect_timeout, credentials=credentials)
+    broker = new_broker(
+        url, name, connect_timeout=connect_timeout, credentials=credentials, on_disconnect=on_disconnect
+    )
     try:
         await broker.start()
     except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import nats
@@ -20,11 +21,16 @@ def credentials_of(settings: Settings) -> BusCredentials:
 
 
 def reconnecting(
-    url: str, name: str, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+    url: str,
+    name: str,
+    connect_timeout: float = 5.0,
+    credentials: BusCredentials | None = None,
+    on_disconnect: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """nats-py's options for a connection named ``name`` that reconnects forever and logs what happens
     (also what every service's FastStream broker connects with), authenticated by ``credentials``
-    (by default, those the environment names; none: anonymous)."""
+    (by default, those the environment names; none: anonymous). ``on_disconnect`` is called each time
+    the connection drops, before the reconnect attempts: what was in flight on it may never be answered."""
     if credentials is None:
         credentials = credentials_of(Settings.from_env())
 
@@ -33,6 +39,8 @@ def reconnecting(
 
     async def on_disconnected() -> None:
         log.warning("nats %s: disconnected from %s", name, url)
+        if on_disconnect is not None:
+            on_disconnect()
 
     async def on_reconnected() -> None:
         log.info("nats %s: reconnected", name)
