@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import openai
@@ -38,22 +39,29 @@ async def failed_event(stack: Stack, request_id: str) -> RequestFailed:
     return events[-1]
 
 
+async def cut_mid_stream(stack: Stack, cut: Callable[[], Awaitable[None]]) -> tuple[str, openai.APIError, float]:
+    """Stream a long answer from billing and ``cut`` it after two chunks: the request's id, the error
+    that ended the stream and how long after the cut it came."""
+    async with stack.client().chat.completions.with_streaming_response.create(
+        model="billing", messages=user("hi"), stream=True, max_tokens=LONG
+    ) as response:
+        request_id = response.headers["x-nrt-request-id"]
+        chunks = await response.parse()
+        received, cut_at = 0, 0.0
+        with pytest.raises(openai.APIError) as caught:
+            async for _ in chunks:
+                received += 1
+                if received == 2:
+                    cut_at = time.monotonic()
+                    await cut()
+    return request_id, caught.value, time.monotonic() - cut_at
+
+
 async def test_a_worker_that_dies_mid_stream_ends_the_stream_with_an_error_event(nats_url: str, nrt_home: Path) -> None:
     async with start_stack(nats_url, "tiny-support.yaml", settings=quick(nats_url)) as stack:
-        async with stack.client().chat.completions.with_streaming_response.create(
-            model="billing", messages=user("hi"), stream=True, max_tokens=LONG
-        ) as response:
-            request_id = response.headers["x-nrt-request-id"]
-            chunks = await response.parse()
-            received = 0
-            started = time.monotonic()
-            with pytest.raises(openai.APIError) as caught:
-                async for _ in chunks:
-                    received += 1
-                    if received == 2:
-                        await stack.worker_nc.close()  # the worker is gone
-        assert "no next token from worker w-gateway (nrt.infer.billing) within 1s" in caught.value.message
-        assert time.monotonic() - started < 5
+        request_id, error, took = await cut_mid_stream(stack, stack.worker_nc.close)  # the worker is gone
+        assert "no next token from worker w-gateway (nrt.infer.billing) within 1s" in error.message
+        assert took < 5
         failed = await failed_event(stack, request_id)
         assert (failed.code, failed.status, failed.model_id) == ("deadline_exceeded", 504, "billing")
 
@@ -66,21 +74,14 @@ async def test_a_stream_in_flight_when_nats_dies_ends_at_once_and_the_stack_serv
     server = EmbeddedNats(tmp_path / "nats").start()  # this test's own server: it is killed
     try:
         async with start_stack(server.url, "tiny-support.yaml", settings=quick(server.url)) as stack:
-            async with stack.client().chat.completions.with_streaming_response.create(
-                model="billing", messages=user("hi"), stream=True, max_tokens=LONG
-            ) as response:
-                request_id = response.headers["x-nrt-request-id"]
-                chunks = await response.parse()
-                received = 0
-                with pytest.raises(openai.APIError) as caught:
-                    async for _ in chunks:
-                        received += 1
-                        if received == 2:
-                            assert server.pid is not None
-                            os.kill(server.pid, signal.SIGKILL)
-                            killed = time.monotonic()
-            assert time.monotonic() - killed < 1.5  # not the 1 s inter-token deadline plus a wait
-            assert "the gateway lost its connection to NATS" in caught.value.message
+
+            async def kill() -> None:
+                assert server.pid is not None
+                os.kill(server.pid, signal.SIGKILL)
+
+            request_id, error, took = await cut_mid_stream(stack, kill)
+            assert took < 1.5  # not the 1 s inter-token deadline plus a wait
+            assert "the gateway lost its connection to NATS" in error.message
             with pytest.raises(openai.APIStatusError) as refused:  # meanwhile: refused at once
                 await stack.client().chat.completions.create(model="billing", messages=user("hi"), max_tokens=2)
             assert (refused.value.status_code, refused.value.code) == (503, "not_ready")

@@ -9,7 +9,7 @@ import pytest
 
 from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
-from api_gateway.exchange import BUS_LOST, WORKER_LOST, Inboxes
+from api_gateway.exchange import BUS_LOST, WORKER_LOST, Frame, Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.bus.errors import Overloaded, RemoteError
 from specialist_worker.hosting import recent_speed
@@ -59,6 +59,14 @@ class _NoNats:
         return "_INBOX.test"
 
 
+def assert_ended(queue: asyncio.Queue[Frame], code: str, retry_after: float, says: str) -> None:
+    """The gateway put a 503 ``code`` error, saying ``says``, on the request's queue."""
+    error = queue.get_nowait()
+    assert isinstance(error, RemoteError)
+    assert (error.code, error.status, error.retry_after) == (code, 503, retry_after)
+    assert says in error.message
+
+
 async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before() -> None:
     inboxes = Inboxes(_NoNats())  # type: ignore[arg-type]
     on_lost, queue_lost = inboxes.open()
@@ -70,10 +78,7 @@ async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before(
     fresh, queue_fresh = inboxes.open()
     assert inboxes.worker_lost("w1", "heartbeat_timeout") == 2
     for queue in (queue_lost, queue_untaken):
-        error = queue.get_nowait()
-        assert isinstance(error, RemoteError)
-        assert (error.code, error.status, error.retry_after) == (WORKER_LOST, 503, 2.0)
-        assert "w1" in error.message
+        assert_ended(queue, WORKER_LOST, 2.0, "w1")
     assert queue_other.empty()
     assert queue_fresh.empty()
     inboxes.close(on_lost)
@@ -90,8 +95,5 @@ async def test_a_dropped_connection_ends_every_request_in_flight_at_once() -> No
     inboxes.close(closed)
     assert inboxes.bus_lost("nats://127.0.0.1:4222") == 2
     for queue in (queue_taken, queue_untaken):
-        error = queue.get_nowait()
-        assert isinstance(error, RemoteError)
-        assert (error.code, error.status, error.retry_after) == (BUS_LOST, 503, 1.0)
-        assert "lost its connection to NATS at nats://127.0.0.1:4222" in error.message
+        assert_ended(queue, BUS_LOST, 1.0, "lost its connection to NATS at nats://127.0.0.1:4222")
     assert queue_closed.empty()  # a request that had ended is not touched
