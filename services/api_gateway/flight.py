@@ -46,6 +46,9 @@ tracer = trace.get_tracer("api_gateway")
 
 REQUEST_ID_HEADER = "X-NRT-Request-Id"
 CLIENT_GONE = 499
+CLIENT_DISCONNECTED = "client_disconnected"
+# the failures that leave a worker generating an answer nobody will read: it gets a cancel
+WORKER_STILL_GENERATING = frozenset({CLIENT_DISCONNECTED, BUS_LOST})
 RETRIES = 1  # times a request whose worker was lost before answering is sent again
 _cancels: set[asyncio.Task[None]] = set()  # cancels on their way to the workers
 
@@ -207,15 +210,12 @@ class Flight:
                 key_id=self.key_id,
             )
         )
-        if error.code == BUS_LOST:  # the worker may still be generating it: stop it once the bus is back
-            self._cancel(BUS_LOST)
+        if error.code in WORKER_STILL_GENERATING:
+            self._cancel(error.code)
 
     def abandon(self) -> None:
         """The client has gone: record it, and have the worker stop generating (if it still is)."""
-        if self.ended:
-            return
-        self.fail(ApiError(CLIENT_GONE, "the client closed the connection", code="client_disconnected"))
-        self._cancel("client_disconnected")
+        self.fail(ApiError(CLIENT_GONE, "the client closed the connection", code=CLIENT_DISCONNECTED))
 
     def _cancel(self, reason: str) -> None:
         """Tell the workers to stop generating this request (nats-py holds it while reconnecting)."""
