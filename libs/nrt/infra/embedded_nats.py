@@ -234,6 +234,7 @@ class EmbeddedNats(EmbeddedServer):
             log_path=self.log_path,
             cwd=data_dir,
             env=child_env(),
+            parent_death=signal.SIGTERM,  # its clean stop: quick, the store kept
         )
         self._server = server
         try:

@@ -39,7 +39,15 @@ import psycopg
 from psycopg import sql
 
 from nrt.infra import pgurl
-from nrt.infra._process import Identity, ServerProcess, StopStep, child_env, identity_kwargs, pid_runs
+from nrt.infra._process import (
+    Identity,
+    ServerProcess,
+    StopStep,
+    child_env,
+    dies_with_parent,
+    identity_kwargs,
+    pid_runs,
+)
 from nrt.infra._server import EmbeddedServer
 from nrt.infra.errors import DataDirInUseError, InfraError, ServerStartError
 from nrt.infra.ports import LOOPBACK, free_port, held_by, port_is_open
@@ -425,6 +433,7 @@ class EmbeddedPostgres(EmbeddedServer):
                 check=False,
                 timeout=300,
                 pass_fds=(*self._pass_fds, *(() if pwfile is None else (pwfile,))),
+                preexec_fn=dies_with_parent(signal.SIGKILL),
                 **identity_kwargs(self.identity),
             )
         finally:
@@ -473,6 +482,7 @@ class EmbeddedPostgres(EmbeddedServer):
                 env=child_env(("PG",)),
                 identity=self.identity,
                 pass_fds=self._pass_fds,
+                parent_death=signal.SIGQUIT,  # immediate shutdown: its backends told, none left behind
             )
             self._server, self._port = server, port
             try:
