@@ -19,7 +19,7 @@ import httpx
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import StreamLimits, ensure_events_stream
 from nrt.cli.settings import cli_settings
-from nrt.infra import EmbeddedNats, EmbeddedPostgres, free_port, pgurl
+from nrt.infra import EmbeddedNats, EmbeddedPostgres, InfraError, free_port, pgurl
 from nrt.infra.pgroles import ensure_owner_role
 from nrt.keys import MIN_KEY_LENGTH, weak
 from nrt.manifest import Manifest, ManifestError, load_manifest
@@ -273,5 +273,5 @@ def up(manifest_path: Path | None, host: str, port: int, data_dir: Path | None, 
         with claimed(directory, host, port):
             _prepare_models(manifest)
             asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout))
-    except StackInUseError as exc:
+    except (StackInUseError, InfraError) as exc:  # what holds the directory or port, or why a server failed
         raise click.ClickException(str(exc)) from exc
