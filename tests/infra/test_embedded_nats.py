@@ -98,7 +98,7 @@ def test_requested_port_is_used(tmp_path: Path) -> None:
 
 def test_a_port_in_use_is_a_clear_error_and_the_other_server_is_untouched(tmp_path: Path) -> None:
     with EmbeddedNats(tmp_path / "a") as first:
-        with pytest.raises(ServerStartError, match="already listens"):
+        with pytest.raises(ServerStartError, match=rf"pid {first.pid} \(.*nats-server.*\) already listens"):
             EmbeddedNats(tmp_path / "b", port=first.port).start()
         assert probe_jetstream("127.0.0.1", first.port) is None
 

@@ -95,7 +95,7 @@ def test_requested_port_and_a_port_in_use(tmp_path: Path) -> None:
     port = free_port()
     with EmbeddedPostgres(tmp_path / "a", port=port, durable=False) as pg:
         assert pg.port == port
-        with pytest.raises(ServerStartError, match="already listens"):
+        with pytest.raises(ServerStartError, match=rf"pid {pg.pid} \(.*postgres.*\) already listens"):
             EmbeddedPostgres(tmp_path / "b", port=port, durable=False).start()
 
 

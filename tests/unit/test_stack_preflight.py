@@ -13,48 +13,70 @@ import httpx
 import pytest
 
 from nrt.cli.up import readiness_problem
+from nrt.infra.ports import free_port, held_by, port_holders
 from nrt.stack import endpoints
-from nrt.stack.preflight import StackInUseError, claimed, lock_data_dir, require_free_port
+from nrt.stack.preflight import LOCK_FILE, StackInUseError, claimed, lock_data_dir, require_free_port
+
+
+def _listening() -> socket.socket:
+    """A socket of this process listening on a free port of 127.0.0.1."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
 
 
 def test_a_second_nrt_up_on_the_same_data_directory_is_refused_naming_the_first(tmp_path: Path) -> None:
-    first = lock_data_dir(tmp_path)
-    endpoints.write(
-        endpoints.Endpoints(nats_url="n", database_url="d", gateway_url="http://127.0.0.1:8080", pid=os.getpid()),
-        tmp_path,
-    )
-    assert (tmp_path / endpoints.ENDPOINTS_FILE).stat().st_mode & 0o777 == 0o600  # it holds a database password
-    try:
+    lock = tmp_path / LOCK_FILE
+    with claimed(tmp_path, "127.0.0.1", free_port()):
+        assert lock.read_text() == f"{os.getpid()}\n"  # the owner names itself
+        endpoints.write(
+            endpoints.Endpoints(nats_url="n", database_url="d", gateway_url="http://127.0.0.1:8080", pid=os.getpid()),
+            tmp_path,
+        )
+        assert (tmp_path / endpoints.ENDPOINTS_FILE).stat().st_mode & 0o777 == 0o600  # it holds a database password
         with pytest.raises(StackInUseError, match=rf"pid {os.getpid()}, serving http://127.0.0.1:8080.*--data-dir"):
             lock_data_dir(tmp_path)
-    finally:
-        os.close(first)
+        assert lock.read_text() == f"{os.getpid()}\n"  # the refused one wrote nothing
+    assert lock.read_text() == ""  # let go: nobody owns it
     os.close(lock_data_dir(tmp_path))  # released: free again
 
 
-def test_a_port_another_process_listens_on_is_refused_and_the_lock_released(tmp_path: Path) -> None:
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
-        other.listen()
+def test_a_port_another_process_listens_on_is_refused_naming_it_and_the_lock_left_as_found(tmp_path: Path) -> None:
+    lock = tmp_path / LOCK_FILE
+    lock.write_text("4242\n")  # what a crashed `nrt up` left
+    with _listening() as other:
         port = other.getsockname()[1]
         with (
-            pytest.raises(StackInUseError, match=rf"port {port} on 127.0.0.1 is taken.*--port"),
+            pytest.raises(StackInUseError, match=rf"port {port} on 127.0.0.1 is taken by pid {os.getpid()} \(.+--port"),
             claimed(tmp_path, "127.0.0.1", port),
         ):
             pass
+    assert lock.read_text() == "4242\n"
     os.close(lock_data_dir(tmp_path))  # the refused claim did not keep the directory
     require_free_port("127.0.0.1", port)  # closed: free now
 
 
-def test_nrt_up_on_a_taken_port_fails_at_once_with_a_clear_message(tmp_path: Path) -> None:
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
-        other.listen()
+def test_what_holds_a_port_is_named_when_it_can_be_seen() -> None:
+    with _listening() as other:
+        port = other.getsockname()[1]
+        assert port_holders(port) == [held_by(port)]
+        assert held_by(port).startswith(f"pid {os.getpid()} (")
+        assert sys.executable in held_by(port)  # its command line
+    assert port_holders(port) == []
+    assert held_by(port) == "another process"
+
+
+def test_nrt_up_on_a_taken_port_fails_at_once_naming_the_holder_and_leaves_the_lock_file_alone(tmp_path: Path) -> None:
+    data_dir = tmp_path / "stack"
+    data_dir.mkdir()
+    (data_dir / LOCK_FILE).write_text("4242\n")
+    with _listening() as other:
         port = other.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k not in ("NRT_NATS_URL", "NRT_DATABASE_URL")}
         began = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "nrt.cli.main", "up", "--port", str(port), "--data-dir", str(tmp_path / "stack")],
+            [sys.executable, "-m", "nrt.cli.main", "up", "--port", str(port), "--data-dir", str(data_dir)],
             env=env,
             capture_output=True,
             text=True,
@@ -62,10 +84,12 @@ def test_nrt_up_on_a_taken_port_fails_at_once_with_a_clear_message(tmp_path: Pat
             check=False,
         )
     assert done.returncode == 1
-    assert f"port {port} on 127.0.0.1 is taken by another process" in done.stderr
+    assert f"port {port} on 127.0.0.1 is taken by pid {os.getpid()} (" in done.stderr
+    assert "Traceback" not in done.stderr
     assert "NRT is up" not in done.stdout
     assert time.monotonic() - began < 30
-    assert not (tmp_path / "stack" / "nats").exists()  # nothing was started
+    assert not (data_dir / "nats").exists()  # nothing was started
+    assert (data_dir / LOCK_FILE).read_text() == "4242\n"
 
 
 async def test_readiness_is_that_of_this_stacks_own_gateway() -> None:

@@ -19,7 +19,8 @@ import httpx
 from nrt.bus.connection import connect
 from nrt.bus.jetstream import StreamLimits, ensure_events_stream
 from nrt.cli.settings import cli_settings
-from nrt.infra import EmbeddedNats, EmbeddedPostgres, free_port, pgurl
+from nrt.infra import EmbeddedNats, EmbeddedPostgres, InfraError, free_port, pgurl
+from nrt.infra._process import dies_with_parent
 from nrt.infra.pgroles import ensure_owner_role
 from nrt.keys import MIN_KEY_LENGTH, weak
 from nrt.manifest import Manifest, ManifestError, load_manifest
@@ -51,7 +52,11 @@ def _prepare_models(manifest: Manifest) -> None:
     names = sorted({m.source.removeprefix(CATALOGUE) for m in manifest.models if m.source.startswith(CATALOGUE)})
     for name in names:
         _say(f"preparing catalogue model {name} (cached after the first time)")
-        done = subprocess.run([sys.executable, "-m", "nrt.cli.main", "models", "prepare", name], check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "nrt.cli.main", "models", "prepare", name],
+            check=False,
+            preexec_fn=dies_with_parent(signal.SIGTERM),  # a conversion of minutes stops with a killed nrt up
+        )
         if done.returncode != 0:
             raise click.ClickException(f"could not prepare catalogue model {name}; see the output above")
 
@@ -273,5 +278,5 @@ def up(manifest_path: Path | None, host: str, port: int, data_dir: Path | None, 
         with claimed(directory, host, port):
             _prepare_models(manifest)
             asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout))
-    except StackInUseError as exc:
+    except (StackInUseError, InfraError) as exc:  # what holds the directory or port, or why a server failed
         raise click.ClickException(str(exc)) from exc

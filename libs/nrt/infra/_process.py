@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TypedDict
@@ -13,7 +17,6 @@ from typing import IO, TYPE_CHECKING, TypedDict
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
 if TYPE_CHECKING:
-    import signal
     from collections.abc import Mapping, Sequence
 
 _log = logging.getLogger("nrt.infra")
@@ -36,12 +39,40 @@ class StopStep:
     timeout: float
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def dies_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the kernel sends ``sig`` to the child when this process dies
+    (``PR_SET_PDEATHSIG``, kept across ``exec``: for any program, not only Python); None off Linux.
+
+    A child in a session of its own gets no signal from a terminal, and a parent killed with
+    SIGKILL stops nothing: without this its children would keep running under pid 1. The kernel
+    sends ``sig`` when the *thread* that started the child ends, so start children from a thread
+    that lives as long as they should (the main thread, or an executor's). It is set after
+    ``subprocess`` switches the child's user (a switch would clear it); a parent that died
+    before it was set is noticed, and the child exits at once.
+    """
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # orphaned already, before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
 class ServerProcess:
     """A long-running server child with its log file.
 
     The child runs in its own session, so a Ctrl-C in the terminal reaches only
-    us and we decide the shutdown order. Output goes to ``log_path`` (appended);
-    :meth:`log_tail` returns what this run wrote.
+    us and we decide the shutdown order; it gets ``parent_death`` when we die
+    (:func:`dies_with_parent`), so it never outlives us. Output goes to ``log_path``
+    (appended); :meth:`log_tail` returns what this run wrote.
     """
 
     def __init__(
@@ -53,6 +84,7 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         identity: Identity | None = None,
         pass_fds: Sequence[int] = (),
+        parent_death: signal.Signals = signal.SIGKILL,
     ) -> None:
         self.args = list(args)
         self.log_path = log_path
@@ -69,6 +101,7 @@ class ServerProcess:
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
                 pass_fds=tuple(pass_fds),
+                preexec_fn=dies_with_parent(parent_death),
                 **identity_kwargs(identity),
             )
         except BaseException:
@@ -163,4 +196,13 @@ def child_env(drop_prefixes: Sequence[str] = ()) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(tuple(drop_prefixes))}
 
 
-__all__ = ["DropPrivileges", "Identity", "ServerProcess", "StopStep", "child_env", "identity_kwargs", "pid_runs"]
+__all__ = [
+    "DropPrivileges",
+    "Identity",
+    "ServerProcess",
+    "StopStep",
+    "child_env",
+    "dies_with_parent",
+    "identity_kwargs",
+    "pid_runs",
+]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Self
 from nrt.infra._process import ServerProcess, StopStep, child_env, pid_runs
 from nrt.infra._server import EmbeddedServer
 from nrt.infra.errors import DataDirInUseError, InfraError, ServerStartError
-from nrt.infra.ports import LOOPBACK, port_is_open
+from nrt.infra.ports import LOOPBACK, held_by, port_is_open
 
 if TYPE_CHECKING:
     pass
@@ -212,7 +212,9 @@ class EmbeddedNats(EmbeddedServer):
         binary = nats_server_binary()
         port = self._requested_port
         if port is not None and port_is_open(LOOPBACK, port):
-            raise ServerStartError(f"cannot start nats-server on {LOOPBACK}:{port}: something already listens there")
+            raise ServerStartError(
+                f"cannot start nats-server on {LOOPBACK}:{port}: {held_by(port)} already listens there"
+            )
         for stale in data_dir.glob("nats-server_*.ports"):
             stale.unlink(missing_ok=True)
         # Without a requested port nats-server picks a free one itself (-p -1) and reports it in
@@ -232,6 +234,7 @@ class EmbeddedNats(EmbeddedServer):
             log_path=self.log_path,
             cwd=data_dir,
             env=child_env(),
+            parent_death=signal.SIGTERM,  # its clean stop: quick, the store kept
         )
         self._server = server
         try:

@@ -39,10 +39,18 @@ import psycopg
 from psycopg import sql
 
 from nrt.infra import pgurl
-from nrt.infra._process import Identity, ServerProcess, StopStep, child_env, identity_kwargs, pid_runs
+from nrt.infra._process import (
+    Identity,
+    ServerProcess,
+    StopStep,
+    child_env,
+    dies_with_parent,
+    identity_kwargs,
+    pid_runs,
+)
 from nrt.infra._server import EmbeddedServer
 from nrt.infra.errors import DataDirInUseError, InfraError, ServerStartError
-from nrt.infra.ports import LOOPBACK, free_port, port_is_open
+from nrt.infra.ports import LOOPBACK, free_port, held_by, port_is_open
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -425,6 +433,7 @@ class EmbeddedPostgres(EmbeddedServer):
                 check=False,
                 timeout=300,
                 pass_fds=(*self._pass_fds, *(() if pwfile is None else (pwfile,))),
+                preexec_fn=dies_with_parent(signal.SIGKILL),
                 **identity_kwargs(self.identity),
             )
         finally:
@@ -460,7 +469,8 @@ class EmbeddedPostgres(EmbeddedServer):
     def _launch(self, bin_dir: Path, began: float) -> None:
         if self._requested_port is not None and port_is_open(LOOPBACK, self._requested_port):
             raise ServerStartError(
-                f"cannot start postgres on {LOOPBACK}:{self._requested_port}: something already listens there"
+                f"cannot start postgres on {LOOPBACK}:{self._requested_port}: "
+                f"{held_by(self._requested_port)} already listens there"
             )
         attempts = 1 if self._requested_port is not None else _PORT_RETRIES
         for attempt in range(1, attempts + 1):
@@ -472,6 +482,7 @@ class EmbeddedPostgres(EmbeddedServer):
                 env=child_env(("PG",)),
                 identity=self.identity,
                 pass_fds=self._pass_fds,
+                parent_death=signal.SIGQUIT,  # immediate shutdown: its backends told, none left behind
             )
             self._server, self._port = server, port
             try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import time
 
+import psutil  # type: ignore[import-untyped,unused-ignore]
+
 from nrt.infra.errors import PortTimeoutError
 
 LOOPBACK = "127.0.0.1"
@@ -53,3 +55,34 @@ def wait_for_port(host: str, port: int, timeout: float) -> None:
                 f"nothing accepted TCP connections on {host}:{port} within {timeout:.1f}s (last error: {last_error})"
             )
         time.sleep(0.02)
+
+
+def _described(pid: int) -> str:
+    """``pid 1234 (python -m api_gateway)``: the pid and its command line, shortened."""
+    try:
+        process = psutil.Process(pid)
+        command = " ".join(" ".join(process.cmdline()).split()) or process.name()
+    except psutil.Error:
+        return f"pid {pid}"
+    return f"pid {pid} ({command[:117] + '...' if len(command) > 120 else command})"
+
+
+def port_holders(port: int) -> list[str]:
+    """What listens on TCP ``port`` (any address): each process as ``pid N (its command line)``.
+
+    Empty when none can be seen (a process of another user when we are not root, one in another
+    network namespace).
+    """
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return []
+    pids = sorted(
+        {c.pid for c in connections if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    )
+    return [_described(pid) for pid in pids]
+
+
+def held_by(port: int) -> str:
+    """Who holds ``port``, for a message: ``pid N (command)`` (and more), else ``another process``."""
+    return ", ".join(port_holders(port)) or "another process"

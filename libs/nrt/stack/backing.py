@@ -45,6 +45,8 @@ async def watch(backings: Sequence[Backing], report: Report, every: float = 0.5,
                 continue
             report(f"{backing.name} exited; starting it again on the same port and data")
             try:
+                # the loop's executor thread lives as long as the loop: the server's parent-death
+                # signal (nrt.infra._process.dies_with_parent) comes when the stack dies, not before
                 await asyncio.to_thread(server.start)
             except Exception as exc:
                 failures[backing.name] += 1

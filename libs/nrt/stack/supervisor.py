@@ -1,4 +1,10 @@
-"""Supervised child processes: started in order, restarted when they crash, stopped in reverse."""
+"""Supervised child processes: started in order, restarted when they crash, stopped in reverse.
+
+Each child runs in a session of its own (a Ctrl-C reaches only the supervisor, which stops them
+in order) and is killed by the kernel when the supervisor dies, however it dies: a killed
+supervisor leaves no service running under pid 1. Children are started from the event loop's
+thread, which lives as long as the supervisor.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from nrt.infra._process import dies_with_parent
 
 log = logging.getLogger("nrt.stack")
 
@@ -61,7 +69,12 @@ class Supervisor:
             )
         try:
             child.process = await asyncio.create_subprocess_exec(
-                *child.spec.argv, env=env, stdout=stdout, stderr=stdout, start_new_session=True
+                *child.spec.argv,
+                env=env,
+                stdout=stdout,
+                stderr=stdout,
+                start_new_session=True,
+                preexec_fn=dies_with_parent(signal.SIGKILL),
             )
         finally:
             if stdout is not None:
