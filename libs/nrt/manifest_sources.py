@@ -34,7 +34,8 @@ def footprint_of(source: str) -> int | None:
 
 
 def source_warnings(manifest: Manifest) -> list[str]:
-    """One line per model whose source cannot be served offline, saying how to fix it."""
+    """One line per model whose source cannot be served offline, saying how to fix it: what
+    :func:`unusable_sources` finds on any machine (``nrt manifest check --no-sources`` warns of it)."""
     from nrt.catalogue import SourceError, resolve_source
 
     warnings = []
