@@ -1,4 +1,4 @@
-"""What the manifest needs from the model catalogue: footprints and source warnings.
+"""What the manifest needs from the model catalogue: footprints, sources this machine cannot use, warnings.
 
 The catalogue brings its builders and ONNX Runtime with it, so it is imported on the first
 lookup, not with this module: the gateway and cluster_state import this module and stay light
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nrt.manifest import Manifest
+from nrt.manifest import Manifest, Problem
+from nrt.manifest.parse import model_key_paths
+from nrt.manifest.yamltree import parse_yaml, render_path
 
 
 def footprint_of(source: str) -> int | None:
@@ -32,7 +34,8 @@ def footprint_of(source: str) -> int | None:
 
 
 def source_warnings(manifest: Manifest) -> list[str]:
-    """One line per model whose source cannot be served offline, saying how to fix it."""
+    """One line per model whose source cannot be served offline, saying how to fix it: what
+    :func:`unusable_sources` finds on any machine (``nrt manifest check --no-sources`` warns of it)."""
     from nrt.catalogue import SourceError, resolve_source
 
     warnings = []
@@ -42,3 +45,24 @@ def source_warnings(manifest: Manifest) -> list[str]:
         except SourceError as exc:
             warnings.append(f"{spec.id}: {exc}")
     return warnings
+
+
+def unusable_sources(manifest: Manifest) -> list[Problem]:
+    """Each model whose source a worker on this machine could not use, as a problem at its ``source``
+    line: a source NRT cannot fetch (``hf://``), an unknown catalogue model, a local directory with
+    no ONNX export. A catalogue model not prepared yet is usable (``nrt up`` prepares it). Resolved
+    as a worker resolves it (:func:`nrt.catalogue.locate`), without reading weights."""
+    from nrt.catalogue import NotPrepared, SourceError, host_provider, locate
+
+    provider = host_provider()
+    lines = parse_yaml(manifest.text)
+    problems = []
+    for spec, path in zip(manifest.models, model_key_paths(manifest.models), strict=True):
+        try:
+            locate(spec.source, provider)
+        except NotPrepared:
+            continue
+        except SourceError as exc:
+            key = (*path, "source")
+            problems.append(Problem(render_path(key), str(exc), lines.line(key)))
+    return problems

@@ -6,7 +6,7 @@
 - ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
 - ``GET /v1/events/stream``: the event log, live, as server-sent events (the dashboard's feed).
 - ``GET /ui``: the dashboard (static files; it asks for a key and calls the ``/v1`` routes).
-- ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
+- ``GET /health`` and ``GET /healthz`` (alive), ``GET /readyz`` (NATS, router_svc, a manifest).
 - ``GET /metrics``: Prometheus metrics (``api_gateway.metrics``).
 
 Every ``/v1`` route needs an API key (``api_gateway.auth``); health, metrics and the schemas are open.
@@ -34,7 +34,7 @@ from api_gateway.contract import asyncapi_document
 from api_gateway.dashboard import ui_router
 from api_gateway.errors import exception_handlers
 from api_gateway.events_feed import event_stream
-from api_gateway.health import healthz, readyz
+from api_gateway.health import health, healthz, readyz
 from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
 from api_gateway.metrics import metrics
@@ -67,6 +67,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
 
     app = Litestar(
         route_handlers=[
+            health,
             healthz,
             readyz,
             metrics,

@@ -3,13 +3,16 @@
 Litestar decodes ``data`` bodies with msgspec, which recurses once per level of nesting: a body
 nested a thousand deep ends in a ``RecursionError`` (a 500), and bytes that are not UTF-8 inside
 a value nobody reads pass unchecked. The gateway's request class decodes bodies here instead:
-each problem is a 400 in the OpenAI error shape that names it. Litestar then converts the
+each problem is a 400 in the OpenAI error shape that names it (a ``NaN`` or ``Infinity``, which
+JSON has not, by the key path of the field it is in). Litestar then converts the
 value to the handler's type laxly (``"1"`` for 1, ``0`` for false): the gateway checks it
 strictly first, so that it accepts only what its OpenAPI schema says.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -57,9 +60,62 @@ def decode_json_body(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
     try:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise ApiError(400, f"the request body is not valid JSON ({exc})", code="invalid_json") from None
+        raise not_finite_error(body) or ApiError(
+            400, f"the request body is not valid JSON ({exc})", code="invalid_json"
+        ) from None
     except RecursionError:  # the decoder's own limit, below ours when the stack is already deep
         raise ApiError(400, "the request body nests arrays and objects too deeply", code="too_deep") from None
+
+
+class _NotFinite:
+    """Where Python's JSON parser met ``NaN``, ``Infinity`` or ``-Infinity``, or a number beyond a float's range."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def problem(self) -> str:
+        if self.text in ("NaN", "Infinity", "-Infinity"):
+            return f"{self.text} is not a valid number (JSON has no NaN or Infinity)"
+        return f"{self.text} is not a valid number (beyond the range of a float)"
+
+
+def _float_or_not_finite(text: str) -> float | _NotFinite:
+    number = float(text)
+    return number if math.isfinite(number) else _NotFinite(text)
+
+
+def not_finite_error(body: bytes) -> ApiError | None:
+    """The 400 for a body msgspec refused because a number in it is not finite, naming its key path;
+    None when that is not why. Python's parser reads ``NaN`` and ``Infinity`` (msgspec and JSON do
+    not), so it can say where they are. Only a body msgspec refused comes here: a valid one is
+    parsed once."""
+    try:
+        value = json.loads(body, parse_constant=_NotFinite, parse_float=_float_or_not_finite)
+    except (ValueError, RecursionError):  # malformed otherwise: msgspec's message says where
+        return None
+    found = _first_not_finite(value, "")
+    if found is None:
+        return None
+    path, number = found
+    where = f"'{path}'" if path else "the request body"
+    return ApiError(400, f"invalid value for {where}: {number.problem()}", code="invalid_value", param=path or None)
+
+
+def _first_not_finite(value: Any, path: str) -> tuple[str, _NotFinite] | None:
+    """The key path (``messages[0].content``, as the other 400s name a parameter) of the first non-finite
+    number in ``value``, with it. Recursive: the depth is bounded by :data:`MAX_DEPTH` by now."""
+    if isinstance(value, _NotFinite):
+        return path, value
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        items = [(f"{path}.{key}" if path else key, item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    for item_path, item in items:
+        found = _first_not_finite(item, item_path)
+        if found is not None:
+            return found
+    return None
 
 
 def conform(value: Any, target: Any) -> Any:

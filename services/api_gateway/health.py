@@ -1,9 +1,14 @@
-"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: it can serve)."""
+"""Liveness (``/health`` and ``/healthz``: the process answers) and readiness (``/readyz``: it can serve).
+
+``/health`` is vLLM's liveness route, which load generators (guidellm, aiperf) and the common
+Kubernetes templates for OpenAI-compatible servers probe by default: a 200 with an empty body,
+as vLLM answers. ``/healthz`` says the same as JSON.
+"""
 
 from __future__ import annotations
 
 import msgspec
-from litestar import Response, get
+from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 
@@ -21,6 +26,16 @@ PROBE_TIMEOUT = 1.0
 
 class Healthz(msgspec.Struct, frozen=True):
     status: str
+
+
+@get(
+    "/health",
+    summary="Liveness, as vLLM answers it: 200 with an empty body while the gateway process answers",
+    media_type=MediaType.TEXT,
+    responses={200: ResponseSpec(None, description="The gateway process is live (an empty body).")},
+)
+async def health() -> Response[bytes]:
+    return Response(b"", status_code=200, media_type=MediaType.TEXT)
 
 
 @get("/healthz", summary="Liveness: the gateway process answers")

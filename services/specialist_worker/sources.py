@@ -1,15 +1,15 @@
 """Manifest ``source`` strings to what the worker loads: a prepared artifact directory or a remote endpoint.
 
-Parsing and its error messages are the catalogue's (``nrt.catalogue.resolve_source``);
-this module adds what a worker needs: the artifact must already be prepared here, and a
-remote endpoint's key must be in the variable that holds it (a load fails at once, naming it).
+Where a source is, or why it cannot be used here, is the catalogue's (``nrt.catalogue.locate``,
+which ``nrt manifest check`` uses too); this module turns that into the worker's load errors
+and adds what a remote endpoint needs: its key must be in the variable that holds it (a load
+fails at once, naming it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -19,17 +19,16 @@ from nrt.catalogue import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_KEY_ENV,
     AnthropicSource,
-    CatalogueSource,
+    NotAnExport,
+    NotPrepared,
+    PreparedModel,
     Provider,
     RemoteSource,
     SourceError,
-    find_serving,
     get_entry,
     host_provider,
-    resolve_source,
-    serving_directory,
+    locate,
 )
-from nrt.inference.artifact import MODEL_FILE
 from nrt.manifest import ModelSpec
 
 log = logging.getLogger("nrt.worker")
@@ -68,40 +67,43 @@ def resolve(
     model name, key variable and base URL); a clear error when it cannot be served here.
 
     An artifact resolves to its variant for ``provider`` (default: the one this worker's sessions
-    run on, ``cuda`` with onnxruntime-gpu and a GPU) when that is built, else to its root variant.
+    run on, ``cuda`` with onnxruntime-gpu and a GPU) when that is built, else to its root variant
+    (:func:`nrt.catalogue.locate`).
     """
     provider = provider or host_provider()
     try:
-        resolved = resolve_source(source)
+        located = locate(source, provider)
+    except NotPrepared as exc:
+        raise Unavailable(
+            f"catalogue model '{exc.name}' is not prepared on this worker; run `nrt models prepare {exc.name}`",
+            code="model_not_prepared",
+        ) from None
+    except NotAnExport as exc:
+        raise BadRequest(str(exc)) from None
     except SourceError as exc:
         raise BadRequest(str(exc), code="unresolvable_source") from exc
-    if isinstance(resolved, RemoteSource | AnthropicSource):
-        endpoint = remote_endpoint(resolved, spec)
+    if isinstance(located, RemoteSource | AnthropicSource):
+        endpoint = remote_endpoint(located, spec)
         endpoint.api_key()  # its key is there now, or the load fails naming the variable
         return endpoint
-    if isinstance(resolved, CatalogueSource):
-        prepared = find_serving(resolved.name, provider)
-        if prepared is None:
-            raise Unavailable(
-                f"catalogue model '{resolved.name}' is not prepared on this worker; "
-                f"run `nrt models prepare {resolved.name}`",
-                code="model_not_prepared",
-            )
-        if prepared.record.provider != provider and get_entry(resolved.name).variant(provider) is not None:
-            log.info(
-                "%s has no %s variant prepared here; serving its %s one (%s) (`nrt models prepare %s --provider %s`)",
-                resolved.name,
-                provider,
-                prepared.record.provider,
-                prepared.record.quantization,
-                resolved.name,
-                provider,
-            )
-        return LocalArtifact(str(prepared.directory.resolve()))
-    path = Path(resolved.path).expanduser()
-    if not (path / MODEL_FILE).is_file():
-        raise BadRequest(f"source {source!r} is not an ONNX export directory (no {MODEL_FILE} in {path})")
-    return LocalArtifact(str(serving_directory(path, provider).resolve()))
+    if located.catalogue is not None:
+        _say_which_variant(located.catalogue, provider)
+    return LocalArtifact(str(located.directory))
+
+
+def _say_which_variant(model: PreparedModel, provider: Provider) -> None:
+    """Log it when a catalogue model is served from another provider's variant than this worker's."""
+    name, prepared = model.name, model.artifact
+    if prepared.record.provider != provider and get_entry(name).variant(provider) is not None:
+        log.info(
+            "%s has no %s variant prepared here; serving its %s one (%s) (`nrt models prepare %s --provider %s`)",
+            name,
+            provider,
+            prepared.record.provider,
+            prepared.record.quantization,
+            name,
+            provider,
+        )
 
 
 def remote_endpoint(source: RemoteSource | AnthropicSource, spec: ModelSpec | None) -> RemoteEndpoint:

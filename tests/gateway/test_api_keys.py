@@ -70,8 +70,9 @@ async def test_every_v1_route_refuses_a_request_without_a_key_or_with_a_wrong_on
             assert_unauthorized(await http.request(method, path, headers={"x-api-key": "nrt-wrong"}))
             assert_unauthorized(await http.request(method, path, headers={"Authorization": f"Basic {API_KEY}"}))
         # health and the schemas stay open
-        for path in ("/healthz", "/readyz", "/schema/openapi.json", "/schema/asyncapi.json"):
+        for path in ("/health", "/healthz", "/readyz", "/schema/openapi.json", "/schema/asyncapi.json"):
             assert (await http.get(path)).status_code == 200, path
+        assert (await http.get("/health")).content == b""  # vLLM's liveness answer, which load generators probe
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -38,6 +38,49 @@ def test_bad_bodies_are_400(body: bytes, code: str, message: str) -> None:
     assert message in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "literal"),
+    [
+        (b'{"model": "m", "temperature": NaN}', "temperature", "NaN"),
+        (b'{"top_p": Infinity, "model": "m"}', "top_p", "Infinity"),
+        (b'{"temperature": -Infinity}', "temperature", "-Infinity"),
+        (b'{"temperature": 1e400}', "temperature", "1e400"),  # beyond a float: Python's parser reads inf
+        (
+            b'{"response_format": {"json_schema": {"schema": {"maximum": NaN}}}}',
+            "response_format.json_schema.schema.maximum",
+            "NaN",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [1, Infinity]}]}',
+            "messages[1].content[1]",
+            "Infinity",
+        ),
+    ],
+)
+def test_a_number_that_is_not_finite_is_400_naming_its_field(body: bytes, param: str, literal: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        decode_json_body(body)
+    assert (caught.value.status, caught.value.code, caught.value.param) == (400, "invalid_value", param)
+    assert caught.value.message.startswith(f"invalid value for '{param}': {literal} is not a valid number")
+
+
+def test_a_body_that_is_only_nan_names_the_body() -> None:
+    with pytest.raises(ApiError) as caught:
+        decode_json_body(b"NaN")
+    assert (caught.value.code, caught.value.param) == ("invalid_value", None)
+    assert (
+        caught.value.message
+        == "invalid value for the request body: NaN is not a valid number (JSON has no NaN or Infinity)"
+    )
+
+
+@pytest.mark.parametrize("body", [b'{"temperature": NaN, "x": [}', b'{"temperature": nan}', b'{"a": "NaN", "b": [1,]}'])
+def test_a_body_malformed_otherwise_stays_invalid_json(body: bytes) -> None:
+    with pytest.raises(ApiError) as caught:
+        decode_json_body(body)
+    assert (caught.value.code, caught.value.param) == ("invalid_json", None)
+
+
 def test_a_body_within_the_bound_decodes() -> None:
     assert decode_json_body(b"[" * 64 + b"]" * 64) == json.loads("[" * 64 + "]" * 64)
 

@@ -351,7 +351,7 @@ async def test_cluster_manifest_health_readiness_and_openapi(stack: Stack) -> No
     }
     chat = schema["paths"]["/v1/chat/completions"]["post"]
     assert "ChatCompletionRequest" in json.dumps(chat["requestBody"])
-    assert {"/v1/models", "/v1/cluster", "/v1/manifest", "/healthz", "/readyz"} <= set(schema["paths"])
+    assert {"/v1/models", "/v1/cluster", "/v1/manifest", "/health", "/healthz", "/readyz"} <= set(schema["paths"])
     assert nowhere.status_code == 404
     assert nowhere.json()["error"]["code"] == "not_found"
 

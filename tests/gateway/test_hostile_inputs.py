@@ -136,10 +136,44 @@ async def test_max_tokens_beyond_the_window_but_within_the_limit_is_400(stack: S
         (b"[]", "invalid_type"),
         (b'"hello"', "invalid_type"),
         (b"null", "invalid_type"),
-        (b'{"model": "billing", "messages": [], "temperature": 1e400}', "invalid_json"),
+        (b'{"model": "billing", "messages": [], "temperature": 1e400}', "invalid_value"),  # beyond a float
         (b'{"model": "\\ud800", "messages": []}', "invalid_json"),  # a lone surrogate
         (b'{"model": "billing", "messages": [{"role": "user", "content": "x"}], "n": 1e3}', "invalid_value"),
     ],
 )
 async def test_odd_json_is_400(stack: Stack, body: bytes, code: str) -> None:
     assert error_of(await post(stack, body), 400)["code"] == code
+
+
+NOT_FINITE = [
+    ("temperature", b"NaN", "temperature"),
+    ("temperature", b"Infinity", "temperature"),
+    ("top_p", b"-Infinity", "top_p"),
+    ("metadata", b'{"tags": [1, NaN]}', "metadata.tags[1]"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "param"), NOT_FINITE)
+async def test_nan_or_infinity_is_400_naming_the_field_in_the_openai_shape(
+    stack: Stack, field: str, value: bytes, param: str
+) -> None:
+    body = json.dumps(chat(**{field: "@"})).encode().replace(b'"@"', value)
+    error = error_of(await post(stack, body), 400)
+    assert (error["code"], error["param"]) == ("invalid_value", param)
+    assert f"invalid value for '{param}': " in error["message"]
+    assert "is not a valid number" in error["message"]
+
+
+@pytest.mark.parametrize(("field", "value", "param"), NOT_FINITE)
+async def test_nan_or_infinity_is_400_naming_the_field_in_the_anthropic_shape(
+    stack: Stack, field: str, value: bytes, param: str
+) -> None:
+    fields = {"model": "billing", "max_tokens": 2, "messages": [USER], field: "@"}
+    body = json.dumps(fields).encode().replace(b'"@"', value)
+    async with stack.http() as http:
+        response = await http.post("/v1/messages", content=body, headers=JSON)
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert (answer["type"], answer["error"]["type"]) == ("error", "invalid_request_error")
+    assert answer["error"]["details"] == {"error_code": "invalid_value", "param": param}
+    assert "is not a valid number" in answer["error"]["message"]

@@ -30,6 +30,7 @@ from nrt.catalogue.artifacts import (
 from nrt.catalogue.catalogue import CATALOGUE, UnknownModelError, catalogue_names, get_entry
 from nrt.catalogue.entry import BuildContext, CatalogueEntry, Variant
 from nrt.catalogue.layout import artifact_dir
+from nrt.catalogue.locate import LocatedArtifact, NotAnExport, NotPrepared, PreparedModel, locate
 from nrt.catalogue.progress import NoProgress, Progress, StepLog
 from nrt.catalogue.record import (
     FORMAT_VERSION,
@@ -86,8 +87,12 @@ __all__ = [
     "CatalogueSource",
     "FileEntry",
     "LocalSource",
+    "LocatedArtifact",
     "NoProgress",
+    "NotAnExport",
+    "NotPrepared",
     "PreparedArtifact",
+    "PreparedModel",
     "Progress",
     "Provider",
     "RecordError",
@@ -107,6 +112,7 @@ __all__ = [
     "get_entry",
     "host_provider",
     "load_record",
+    "locate",
     "parse_provider",
     "prepare",
     "prepare_local",

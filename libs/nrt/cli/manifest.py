@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from nrt.manifest import ManifestError, load_manifest
 from nrt.manifest.summary import summarize
-from nrt.manifest_sources import footprint_of, source_warnings
+from nrt.manifest_sources import footprint_of, source_warnings, unusable_sources
 from nrt.manifest_threshold import threshold_line
+
+NO_SOURCES = "--no-sources"
 
 
 @click.group()
@@ -20,14 +23,36 @@ def manifest() -> None:
 
 @manifest.command()
 @click.argument("file", type=click.Path(path_type=Path))
-def check(file: Path) -> None:
-    """Validate FILE: print a summary and exit 0, or print every problem and exit 2."""
+@click.option(
+    NO_SOURCES,
+    is_flag=True,
+    help="Do not check that this machine can use each model's source (for a manifest meant for another machine).",
+)
+def check(file: Path, no_sources: bool) -> None:
+    """Validate FILE: print a summary and exit 0, or print every problem and exit 2.
+
+    Each model's source is resolved as a worker here would (without loading weights): one this
+    machine cannot use (an hf:// source, an unknown catalogue model, a directory with no ONNX
+    export) is a problem at its line."""
     try:
         parsed = load_manifest(file, footprint_of)
     except ManifestError as exc:
-        for problem in exc.problems:
-            click.echo(problem.render(exc.file), err=True)
-        click.echo(f"{len(exc.problems)} problem(s) in {exc.file}", err=True)
-        sys.exit(2)
+        _fail(exc)
+    unusable = [] if no_sources else unusable_sources(parsed)
+    if unusable:
+        _fail(
+            ManifestError(str(file), unusable),
+            f"(each source resolved on this machine; {NO_SOURCES} checks a manifest meant for another)",
+        )
     click.echo(summarize(parsed, footprint_of, source_warnings(parsed), threshold_line(parsed)))
     click.echo(f"\n{file}: valid")
+
+
+def _fail(error: ManifestError, hint: str | None = None) -> NoReturn:
+    """Every problem, on stderr, then exit 2."""
+    for problem in error.problems:
+        click.echo(problem.render(error.file), err=True)
+    click.echo(f"{len(error.problems)} problem(s) in {error.file}", err=True)
+    if hint is not None:
+        click.echo(hint, err=True)
+    sys.exit(2)

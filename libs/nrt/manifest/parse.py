@@ -509,7 +509,7 @@ class _Reader:
 
     def check_co_activation(self, models: list[ModelSpec]) -> None:
         ids = list(dict.fromkeys(m.id for m in models))
-        for spec, path in zip(models, self._model_paths(models), strict=True):
+        for spec, path in zip(models, model_key_paths(models), strict=True):
             if spec.co_activation is None:
                 continue
             key_path = (*path, "co_activation")
@@ -540,16 +540,19 @@ class _Reader:
                     f"raise {key} or move models to another tier",
                 )
 
-    def _model_paths(self, models: list[ModelSpec]) -> Iterator[KeyPath]:
-        index = 0
-        for spec in models:
-            if spec.role is Role.ROUTER:
-                yield ("models", "router")
-            elif spec.role is Role.FALLBACK:
-                yield ("fallback",)
-            else:
-                yield ("models", "specialists", index)
-                index += 1
+
+def model_key_paths(models: Sequence[ModelSpec]) -> Iterator[KeyPath]:
+    """The key path of each of ``models`` (the router, the specialists in order, the fallback) in the
+    manifest's YAML, e.g. ``("models", "specialists", 1)``: where a problem with one is reported."""
+    index = 0
+    for spec in models:
+        if spec.role is Role.ROUTER:
+            yield ("models", "router")
+        elif spec.role is Role.FALLBACK:
+            yield ("fallback",)
+        else:
+            yield ("models", "specialists", index)
+            index += 1
 
 
 def _footprints(models: list[ModelSpec], tier: Tier, footprint_of: FootprintOf) -> Iterator[tuple[str, int]]:

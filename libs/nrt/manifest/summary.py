@@ -25,11 +25,9 @@ def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]
         f"entry        {manifest.routing.entry}",
         f"dispatch     {rule.render()}  ({'by intent' if rule.by_intent else 'fixed route'})",
         "",
-        f"{'model':<14}{'role':<11}{'tier':<9}{'priority':<9}{'footprint':>10}  source",
+        *_table([MODEL_COLUMNS, *(_model_row(spec, footprint_of) for spec in manifest.models)], RIGHT_ALIGNED),
+        "",
     ]
-    for spec in manifest.models:
-        lines.append(_model_line(spec, footprint_of))
-    lines.append("")
     routes = ", ".join(f"{label} -> {manifest.dispatch_target(label)}" for label in manifest.intent_labels)
     lines.append(f"intents      {routes}")
     lines.append(f"unknown      -> {manifest.dispatch_target(None)}")
@@ -50,7 +48,25 @@ def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]
     return "\n".join(lines)
 
 
-def _model_line(spec: ModelSpec, footprint_of: FootprintOf) -> str:
+MODEL_COLUMNS = ("model", "role", "tier", "priority", "footprint", "source")
+RIGHT_ALIGNED = frozenset({"footprint"})
+GAP = "  "  # between columns, however long their values
+
+
+def _model_row(spec: ModelSpec, footprint_of: FootprintOf) -> tuple[str, ...]:
     size = spec.footprint if spec.footprint is not None else footprint_of(spec.source)
     shown = format_size(size) if size is not None else "?"
-    return f"{spec.id:<14}{spec.role.value:<11}{spec.tier.value:<9}{spec.priority.value:<9}{shown:>10}  {spec.source}"
+    return (spec.id, spec.role.value, spec.tier.value, spec.priority.value, shown, spec.source)
+
+
+def _table(rows: list[tuple[str, ...]], right_aligned: frozenset[str]) -> list[str]:
+    """``rows`` (the first: the column names) as lines, each column as wide as its longest value."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = [name in right_aligned for name in rows[0]]
+    return [
+        GAP.join(
+            cell.rjust(width) if align_right else cell.ljust(width)
+            for cell, width, align_right in zip(row, widths, right, strict=True)
+        ).rstrip()
+        for row in rows
+    ]
