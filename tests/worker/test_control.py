@@ -39,6 +39,8 @@ async def test_a_failed_load_withdraws_its_placement_and_serves_nothing(jobs: Jo
     assert info.value.code == "unresolvable_source"
     assert "catalogue://tiny-llama" in info.value.message
     assert steps(jobs) == [("x", "unloaded", "unloaded", "load_failed", False)]
+    [withdrawn] = jobs.shell.of(TierChanged)
+    assert withdrawn.error == f"unresolvable_source: {info.value.message}"  # why, in the log
     assert jobs.shell.of(Subscribed) == []
     assert jobs.host.tier("x") == "unloaded"
 
