@@ -57,7 +57,7 @@ class ModelsReadiness:
         return not self.waiting and not self.given_up
 
     def describe(self) -> str:
-        """ "ok", else each failed model with its reason and the models still awaited."""
+        """``ok`` when ready, else each failed model with its reason, then the models still awaited."""
         if self.ready:
             return "ok"
         parts = [f.describe() for f in self.failed]
