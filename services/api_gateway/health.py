@@ -13,11 +13,11 @@ from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 
 from api_gateway.errors import ApiError
-from api_gateway.openai_types import Readiness
+from api_gateway.openai_types import ModelFailure, Readiness
 from api_gateway.runtime import Runtime
 from nrt.bus.broker import call
 from nrt.bus.errors import RemoteError
-from nrt.routing import serving_workers
+from nrt.routing.readiness import FailedModel, models_readiness
 from nrt.service import Health, HealthQuery, health_subject
 
 ROUTER_SERVICE = "router_svc"
@@ -46,34 +46,47 @@ async def healthz() -> Healthz:
 @get(
     "/readyz",
     summary="Readiness: NATS connected, router_svc reachable, a manifest in force, its models served",
+    description=(
+        "Ready when every check is `ok`: each model a routed request can reach is held by a live worker, "
+        "and every other model too unless its load failed. `failed` lists the models whose load failed on "
+        "every live worker that could hold them, each with its last failure; `required` ones keep the "
+        "cluster from being ready until a retry loads them (`nrt up` gives up on them)."
+    ),
     responses={503: ResponseSpec(Readiness, description="Not ready: `checks` says what is wrong.")},
 )
 async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
-    checks = await readiness_checks(runtime)
+    checks, failed = await readiness_checks(runtime)
     ready = all(v == "ok" for v in checks.values())
-    body = Readiness(status="ready" if ready else "not_ready", checks=checks, instance=runtime.settings.instance)
+    body = Readiness(
+        status="ready" if ready else "not_ready", checks=checks, instance=runtime.settings.instance, failed=failed
+    )
     return Response(body, status_code=200 if ready else 503)
 
 
-async def readiness_checks(runtime: Runtime) -> dict[str, str]:
+async def readiness_checks(runtime: Runtime) -> tuple[dict[str, str], list[ModelFailure]]:
+    """Each check's verdict, and the models whose load failed on every live worker that could hold them."""
     bus = runtime.bus
     if bus is None or not bus.nc.is_connected:
         reason = f"not connected to {runtime.settings.nats_url}"
         unknown = "unknown (no NATS)"
-        return {"nats": reason, "router": unknown, "manifest": unknown, "models": unknown}
+        return {"nats": reason, "router": unknown, "manifest": unknown, "models": unknown}, []
     checks = {"nats": "ok"}
     try:
         await call(bus.broker, health_subject(ROUTER_SERVICE), HealthQuery(), Health, timeout=PROBE_TIMEOUT)
         checks["router"] = "ok"
     except RemoteError as exc:
         checks["router"] = exc.message
-    state = bus.follower.state
     try:
         manifest = bus.gate.manifest()
     except ApiError as exc:
         checks["manifest"] = checks["models"] = exc.message
-        return checks
+        return checks, []
     checks["manifest"] = "ok"
-    waiting = [spec.id for spec in manifest.models if not serving_workers(state, spec.id)]
-    checks["models"] = "ok" if not waiting else f"no live worker serves {', '.join(waiting)} yet"
-    return checks
+    models = models_readiness(bus.follower.state, manifest)
+    checks["models"] = models.describe()
+    return checks, [model_failure(failed) for failed in models.failed]
+
+
+def model_failure(failed: FailedModel) -> ModelFailure:
+    f = failed.failure
+    return ModelFailure(model=failed.model_id, required=failed.required, worker_id=f.worker_id, error=f.error, at=f.at)

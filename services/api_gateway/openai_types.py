@@ -237,10 +237,21 @@ class ManifestInfo(msgspec.Struct, kw_only=True):
     text: str
 
 
+class ModelFailure(msgspec.Struct, kw_only=True):
+    """A model whose load failed on every live worker that could hold it (``nrt.routing.readiness``)."""
+
+    model: str
+    required: bool  # a routed request can need it: not ready without it (``nrt up`` gives up)
+    worker_id: str  # where its last load failed
+    error: str  # why, as that worker said
+    at: datetime
+
+
 class Readiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]  # check -> "ok" or what is wrong
     instance: str | None = None  # the id its launcher gave this gateway (NRT_GATEWAY_INSTANCE), if any
+    failed: list[ModelFailure] = []  # models that could not be loaded anywhere (omitted when none)
 
 
 # -- API keys (admin) -------------------------------------------------------------------

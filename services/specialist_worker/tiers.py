@@ -11,12 +11,21 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from nrt.bus.errors import RemoteError
 from nrt.events import TierChanged
 from nrt.metrics import WorkerMetrics
 from nrt.vocabulary import Reason, Tier
 from specialist_worker.hosting import ModelHost, Transition
 from specialist_worker.ports import EventSink, Loaded, ModelSubjects, SpecLookup
 from specialist_worker.sources import resolve
+
+MAX_ERROR_CHARS = 1000  # of a failed load's reason in its event: enough to act on, bounded
+
+
+def load_error(exc: Exception) -> str:
+    """Why a load failed, for the log: a bus error's ``code: message``, else the exception's type and text."""
+    text = str(exc) if isinstance(exc, RemoteError) else f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 class Tiers:
@@ -44,10 +53,11 @@ class Tiers:
             try:
                 target = resolve(source, spec)
                 steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
-            except Exception:
-                if model_id not in self.host.hosted:  # the placement did not happen: say so in the log
+            except Exception as exc:
+                if model_id not in self.host.hosted:  # the placement did not happen: say so in the log, and why
                     elapsed_ms = (time.perf_counter() - started) * 1e3
-                    self._record(Transition(model_id, Tier.UNLOADED, Tier.UNLOADED, elapsed_ms, 0), Reason.LOAD_FAILED)
+                    withdrawn = Transition(model_id, Tier.UNLOADED, Tier.UNLOADED, elapsed_ms, 0)
+                    self._record(withdrawn, Reason.LOAD_FAILED, error=load_error(exc))
                 raise
             # Subscribed before any tier is announced: once the log says a worker holds the
             # model, a request for it reaches one (it waits on this lock while we promote).
@@ -92,7 +102,9 @@ class Tiers:
     def _lock(self, model_id: str) -> asyncio.Lock:
         return self._locks.setdefault(model_id, asyncio.Lock())
 
-    def _record(self, step: Transition, reason: Reason, cold_start: bool = False, held: bool = False) -> None:
+    def _record(
+        self, step: Transition, reason: Reason, cold_start: bool = False, held: bool = False, error: str | None = None
+    ) -> None:
         """Record a measured tier change; none for a step that changed nothing, except a failed
         load (unloaded -> unloaded), which withdraws the placement the log announced, and a load
         of a model already ``held`` here, which re-announces its tier (from and to the same)."""
@@ -109,6 +121,7 @@ class Tiers:
                     elapsed_ms=step.elapsed_ms,
                     bytes_held=step.bytes_held,
                     cold_start=cold_start,
+                    error=error,
                 )
             )
 

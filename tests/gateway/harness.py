@@ -197,6 +197,7 @@ async def start_stack(
     edit: tuple[str, str] | list[tuple[str, str]] | None = None,
     database_url: str | None = None,
     keys: Path | None = None,
+    partial: bool = False,
 ) -> AsyncIterator[Stack]:
     """Apply ``manifest_file`` (version 1), start router_svc, load the models at the declared tiers
     (or ``loads``: model id -> tier): the entry model on router_svc, the others on one worker;
@@ -208,7 +209,10 @@ async def start_stack(
 
     With ``keys`` (a directory of ``nrt.bus.auth`` credentials, for a server that checks them), each
     service connects as itself and the test's own connection as cluster_state (it applies manifests
-    and sends control commands)."""
+    and sends control commands).
+
+    ``partial`` (implied by ``loads``): the stack is handed over once every readiness check but the
+    models one is green (some models are never served)."""
     assert database_url is None or loads is None, "cluster_state places the models: no loads with a database"
 
     def as_identity(identity: str) -> BusCredentials | None:
@@ -281,7 +285,7 @@ async def start_stack(
         cluster_state,
     )
     try:
-        await wait_ready(base_url, within=60 if cluster_state is not None else 20, partial=loads is not None)
+        await wait_ready(base_url, within=60 if cluster_state is not None else 20, partial=partial or loads is not None)
         await worker.manifest.wait_for(lambda s: s.manifest_version >= 1, within=10)
         yield stack
     finally:

@@ -10,7 +10,9 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 from harness import Stack, control, start_stack
@@ -182,3 +184,46 @@ async def test_a_declared_model_that_no_worker_serves_is_a_503(nats_url: str, nr
             ready = await http.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["models"] == "no live worker serves technical yet"
+
+
+UNUSABLE_BILLING = (
+    "- id: billing\n      source: catalogue://tiny-llama",
+    "- id: billing\n      source: hf://nobody/missing",
+)
+
+
+async def test_a_model_whose_source_cannot_be_resolved_is_named_by_readyz_and_in_the_cluster_state(
+    nats_url: str, nrt_home: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is fetched: the source is unusable on this machine
+    async with (
+        start_stack(
+            nats_url, "tiny-support.yaml", database_url=database_url, edit=UNUSABLE_BILLING, partial=True
+        ) as stack,
+        stack.http() as http,
+    ):
+        ready = await answer_until(http, "/readyz", lambda body: bool(body.get("failed")))
+        # cluster_state's fold of the PostgreSQL log carries the failure too: `nrt status` shows it
+        cluster = await answer_until(
+            http, "/v1/cluster", lambda body: "w-gateway" in body["models"].get("billing", {}).get("load_failures", {})
+        )
+    assert ready.status_code == 503
+    body = ready.json()
+    [billing] = body["failed"]
+    assert (billing["model"], billing["required"], billing["worker_id"]) == ("billing", True, "w-gateway")
+    assert billing["error"].startswith("unresolvable_source: source 'hf://nobody/missing'")
+    assert body["checks"]["models"].startswith(f"billing could not be loaded on w-gateway: {billing['error']}")
+    assert cluster.headers["x-nrt-state-source"] == "cluster_state"
+    failure = cluster.json()["models"]["billing"]["load_failures"]["w-gateway"]
+    assert (failure["artifact"], failure["error"]) == ("hf://nobody/missing", billing["error"])
+
+
+async def answer_until(
+    http: httpx.AsyncClient, path: str, done: Callable[[dict[str, Any]], bool], within: float = 30
+) -> httpx.Response:
+    """The first answer to ``GET path`` whose JSON body is ``done``, polled."""
+    deadline = time.monotonic() + within
+    while not done((answer := await http.get(path)).json()):
+        assert time.monotonic() < deadline, f"{path} did not get there: {answer.text}"
+        await asyncio.sleep(0.1)
+    return answer

@@ -8,6 +8,7 @@ from shell_fakes import LLAMA, Jobs, Subscribed, Unsubscribed
 from nrt.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, TierChanged
 from nrt.protocol import PromoteModel, PromoteResult
+from specialist_worker.tiers import MAX_ERROR_CHARS, load_error
 
 
 def steps(jobs: Jobs) -> list[tuple[str, str, str, str, bool]]:
@@ -39,6 +40,8 @@ async def test_a_failed_load_withdraws_its_placement_and_serves_nothing(jobs: Jo
     assert info.value.code == "unresolvable_source"
     assert "catalogue://tiny-llama" in info.value.message
     assert steps(jobs) == [("x", "unloaded", "unloaded", "load_failed", False)]
+    [withdrawn] = jobs.shell.of(TierChanged)
+    assert withdrawn.error == f"unresolvable_source: {info.value.message}"  # why, in the log
     assert jobs.shell.of(Subscribed) == []
     assert jobs.host.tier("x") == "unloaded"
 
@@ -137,3 +140,12 @@ async def test_evicting_a_session_forgets_it_and_records_the_bytes_freed(jobs: J
     ] == [
         ("s1", "m", "w-jobs", 0, "idle")  # a standby model holds no KV cache: nothing to free
     ]
+
+
+def test_a_failed_loads_reason_names_the_error_and_is_bounded() -> None:
+    assert load_error(BadRequest("no such model", code="unresolvable_source")) == "unresolvable_source: no such model"
+    assert load_error(OSError("No space left on device")) == "OSError: No space left on device"
+    long = load_error(RuntimeError("x" * 5000))
+    assert len(long) == MAX_ERROR_CHARS
+    assert long.startswith("RuntimeError: xxx")
+    assert long.endswith("...")

@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ import httpx
 from rich.live import Live
 
 from nrt.cli.settings import cli_settings
-from nrt.cli.status_view import device_label, status_view
+from nrt.cli.status_view import device_label, failure_line, last_failures, status_view
 from nrt.stack import endpoints
 from nrt.stack import keys as stack_keys
 from nrt.units import format_size
@@ -193,6 +194,12 @@ def status(
                 f"{model['model_id']:<16}{placement['tier']:<10}{held:>10}  {worker_id:<24}{model.get('requests', 0):>9}"
                 f"  {f'{len(held_kv)} ({format_size(sum(held_kv))})':>14}"
             )
+    failures = last_failures(state)
+    if failures:
+        click.echo("\nload failures (the last per model)")
+        now = datetime.now(UTC)
+        for failure in failures:
+            click.echo(f"  {failure_line(failure, now)}")
     kv = sum(int(s.get("kv_bytes", 0)) for s in sessions.values())
     counters = state.get("counters", {})
     click.echo(f"\nsessions {len(sessions)} (KV {format_size(kv)})  in flight {len(state.get('in_flight', {}))}")

@@ -2,7 +2,8 @@
 
 Pure: the state (JSON, as the gateway answers it) in, tables out. The same picture as the
 dashboard at ``/ui``: workers and the models on each with tier and bytes against the manifest's
-budgets, the manifest version, a drain with its in-flight count, sessions, and what the router chose.
+budgets, the manifest version, a drain with its in-flight count, each model's last load failure,
+sessions, and what the router chose.
 """
 
 from __future__ import annotations
@@ -125,6 +126,37 @@ def _requests(state: dict[str, Any]) -> Text:
     return Text(f"requests {requests}; in flight {len(state.get('in_flight', {}))}\nrouted by intent: {intents}")
 
 
+def last_failures(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each model's last standing load failure (from its ``load_failures``), the latest first: the
+    failure's fields (``worker_id``, ``error``, ``at``) and the ``model_id``."""
+    found = []
+    for model in state.get("models", {}).values():
+        failures = list((model.get("load_failures") or {}).values())
+        if failures:
+            last = max(failures, key=lambda f: datetime.fromisoformat(f["at"]))
+            found.append({**last, "model_id": model["model_id"]})
+    return sorted(found, key=lambda f: datetime.fromisoformat(f["at"]), reverse=True)
+
+
+def failure_line(failure: dict[str, Any], now: datetime) -> str:
+    """One load failure as ``nrt status`` prints it: model, worker, how long ago, why."""
+    reason = failure.get("error") or "no reason recorded"
+    return f"{failure['model_id']} on {failure['worker_id']}, {_age(failure['at'], now)} ago: {reason}"
+
+
+def _failures(state: dict[str, Any], now: datetime) -> Table | Text:
+    failures = last_failures(state)
+    if not failures:
+        return Text("")
+    table = Table(title="load failures (the last per model)", title_justify="left", expand=True)
+    for name in ("model", "worker", "ago", "reason"):
+        table.add_column(name, justify="right" if name == "ago" else "left")
+    for f in failures:
+        reason = f.get("error") or "no reason recorded"
+        table.add_row(f["model_id"], f["worker_id"], _age(f["at"], now), Text(reason, style="red"))
+    return table
+
+
 def status_view(state: dict[str, Any], source: str | None = None, now: datetime | None = None) -> RenderableType:
     """The whole picture of ``state`` (a ``/v1/cluster`` answer)."""
     now = now or datetime.now(UTC)
@@ -133,6 +165,7 @@ def status_view(state: dict[str, Any], source: str | None = None, now: datetime 
         _header(state, source, now),
         workers,
         _budget_line(held, state.get("manifest_text")),
+        _failures(state, now),
         _sessions(state, now),
         _requests(state),
     )

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
@@ -102,19 +103,40 @@ def database_backing(data_dir: Path) -> Iterator[Backing]:
         yield Backing(pg.name, role_url, pg.server)
 
 
+class ModelsFailed(click.ClickException):
+    """The stack cannot become ready: a model it needs could not be loaded on any worker that could hold it."""
+
+    def __init__(self, failed: list[dict[str, Any]]) -> None:
+        lines = [
+            f"  {f.get('model')} (on {f.get('worker_id')}): {f.get('error') or 'no reason recorded'}" for f in failed
+        ]
+        super().__init__(
+            "giving up: the stack cannot be ready, these models could not be loaded on any worker that could hold "
+            "them:\n" + "\n".join(lines) + "\nfix their source in the manifest (`nrt manifest check` it) and run "
+            "`nrt up` again"
+        )
+
+
 async def readiness_problem(client: httpx.AsyncClient, url: str, instance: str) -> str | None:
-    """None when the gateway at ``url`` is ours (``instance``) and ready, else what is missing."""
+    """None when the gateway at ``url`` is ours (``instance``) and ready, else what is missing; raises
+    ``ModelsFailed`` when it says a model it needs failed to load everywhere (waiting would not help)."""
     try:
         response = await client.get(f"{url}/readyz")
     except httpx.TransportError as exc:
         return type(exc).__name__
     try:
-        answered = response.json().get("instance")
+        body = response.json()
     except ValueError:
-        answered = None
+        body = {}
+    answered = body.get("instance") if isinstance(body, dict) else None
     if answered != instance:
         return f"{url} is not this stack's gateway (instance {answered!r}, expected {instance!r})"
-    return None if response.status_code == 200 else response.text[:200]
+    if response.status_code == 200:
+        return None
+    given_up = [f for f in body.get("failed", []) if isinstance(f, dict) and f.get("required")]
+    if given_up:
+        raise ModelsFailed(given_up)
+    return response.text[:200]
 
 
 def _api_keys(data_dir: Path) -> stack_keys.StackKeys:

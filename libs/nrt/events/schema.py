@@ -138,6 +138,10 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
 
 
 class TierChanged(Event, frozen=True, kw_only=True):
+    """A model's tier on a worker changed, measured. Version 2 added ``error`` (version 1 rows decode
+    without it: a failed load said only that it failed)."""
+
+    VERSION: ClassVar[int] = 2
     model_id: str
     worker_id: str
     from_tier: Tier
@@ -148,6 +152,7 @@ class TierChanged(Event, frozen=True, kw_only=True):
     # GPU worker, the device memory its session holds; on a CPU worker, its weights and its session's RAM
     bytes_held: int
     cold_start: bool = False  # promoted on demand by a request that waited for it
+    error: str | None = None  # load_failed: why, as the worker saw it ("unresolvable_source: ..."); else None
 
     @property
     def stream_id(self) -> str:

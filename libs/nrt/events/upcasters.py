@@ -54,6 +54,11 @@ def _prompt_v2(body: Body) -> Body:
     return {"prompt": None, **body}
 
 
+def _tier_changed_v1(body: Body) -> Body:
+    """Version 2 added ``error``: a failed load of version 1 recorded no reason."""
+    return {"error": None, **body}
+
+
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("WorkerJoined", 1): _worker_joined_v1,
     ("WorkerJoined", 2): _worker_joined_v2,
@@ -61,6 +66,7 @@ UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("RequestAdmitted", 2): _prompt_v2,
     ("RequestCompleted", 1): _key_id_v1,
     ("RequestFailed", 1): _key_id_v1,
+    ("TierChanged", 1): _tier_changed_v1,
 }
 
 

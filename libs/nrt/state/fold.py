@@ -38,8 +38,17 @@ from nrt.events import (
     WorkerJoined,
     WorkerLost,
 )
-from nrt.state.model import ApiKey, ClusterState, Counters, ModelState, Placement, SessionState, WorkerState
-from nrt.vocabulary import TIER_RANK, Tier
+from nrt.state.model import (
+    ApiKey,
+    ClusterState,
+    Counters,
+    LoadFailure,
+    ModelState,
+    Placement,
+    SessionState,
+    WorkerState,
+)
+from nrt.vocabulary import TIER_RANK, Reason, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -139,9 +148,20 @@ def _worker_joined(state: ClusterState, e: WorkerJoined) -> ClusterState:
     return replace(
         state,
         workers=_with(state.workers, e.worker_id, worker),
+        models=_forget_failures(state.models, e.worker_id),  # joined anew: its loads get a fresh start
         events_applied=state.events_applied + 1,
         last_event_at=e.occurred_at,
     )
+
+
+def _forget_failures(models: dict[str, ModelState], worker_id: str) -> dict[str, ModelState]:
+    """``models`` without the load failures recorded on ``worker_id`` (the same dict when it has none)."""
+    if not any(worker_id in model.load_failures for model in models.values()):
+        return models
+    return {
+        model_id: replace(model, load_failures=_without(model.load_failures, worker_id))
+        for model_id, model in models.items()
+    }
 
 
 def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
@@ -186,6 +206,12 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         placement = Placement(worker_id=e.worker_id, tier=e.to_tier, bytes_held=e.bytes_held, since=e.occurred_at)
         placements = _with(model.placements, e.worker_id, placement)
     moved = e.to_tier != e.from_tier  # a failed load (unloaded -> unloaded) only withdraws the placement
+    failures = model.load_failures
+    if e.reason == Reason.LOAD_FAILED:
+        failure = LoadFailure(worker_id=e.worker_id, artifact=model.artifact, error=e.error or "", at=e.occurred_at)
+        failures = _with(failures, e.worker_id, failure)
+    elif e.to_tier != Tier.UNLOADED:
+        failures = _without(failures, e.worker_id)  # it holds the model there now
     up = TIER_RANK[e.to_tier] > TIER_RANK[e.from_tier]
     updated = replace(
         model,
@@ -194,6 +220,7 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         demotions=model.demotions + (1 if moved and not up else 0),
         cold_starts=model.cold_starts + (1 if e.cold_start else 0),
         calibrated=model.calibrated if placements else None,  # held nowhere: a reload calibrates anew
+        load_failures=failures,
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
     return replace(

@@ -18,6 +18,15 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True):
     since: datetime
 
 
+class LoadFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """A load of a model on a worker that failed (a ``TierChanged`` with reason ``load_failed``)."""
+
+    worker_id: str
+    artifact: str  # the source it was placed with (what the worker could not load)
+    error: str  # what the worker said; "" for a failure recorded before events carried it
+    at: datetime
+
+
 class ModelState(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     artifact: str = ""
@@ -28,10 +37,17 @@ class ModelState(msgspec.Struct, frozen=True, kw_only=True):
     demotions: int = 0
     cold_starts: int = 0
     calibrated: RouterCalibrated | None = None  # a router model's own confidence floor, the latest
+    # by worker id: its last failed load of this model, until it loads it or joins again
+    load_failures: dict[str, LoadFailure] = {}
 
     @property
     def tiers(self) -> dict[str, Tier]:
         return {worker: p.tier for worker, p in self.placements.items()}
+
+    @property
+    def last_failure(self) -> LoadFailure | None:
+        """The latest of its standing load failures (None: none)."""
+        return max(self.load_failures.values(), key=lambda f: f.at, default=None)
 
 
 class SessionState(msgspec.Struct, frozen=True, kw_only=True):
