@@ -17,7 +17,7 @@ from nrt.state.fold import evolve
 from nrt.state.model import ClusterState
 from nrt.store import EventLog, Snapshot
 
-FOLD_VERSION = 2  # 2: workers carry their device (WorkerJoined v3)
+FOLD_VERSION = 3  # 2: workers carry their device (WorkerJoined v3); 3: requests their gateway (admitted_by)
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")  # one state, one encoding (audits compare bytes)
 _decoder = msgspec.msgpack.Decoder(ClusterState)
