@@ -14,8 +14,9 @@ version 1. Then serve:
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
 - ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.keys``); the
   keys given at start (``NRT_API_KEY``, ``NRT_ADMIN_KEY``) are recorded before the manifest;
-- heartbeats on ``nrt.workers.heartbeat``; a tick for liveness and placement, a sweep
-  for the session LRU.
+- heartbeats on ``nrt.workers.heartbeat`` and ``nrt.gateways.heartbeat``; a tick for liveness,
+  placement and the requests whose gateway is gone (``nrt.policies.owners``), a sweep for the
+  session LRU.
 """
 
 from __future__ import annotations
@@ -162,6 +163,12 @@ class ClusterStateService:
             ),
             await bus.serve(
                 self.broker, subjects.WORKER_HEARTBEAT, self.controller.on_heartbeat, title="cluster_state: heartbeats"
+            ),
+            await bus.serve(
+                self.broker,
+                subjects.GATEWAY_HEARTBEAT,
+                self.controller.on_gateway_heartbeat,
+                title="cluster_state: gateway heartbeats",
             ),
         ]
         self.controller.listening()
