@@ -1,18 +1,20 @@
-"""A request whose gateway is gone is ended (RequestFailed owner_lost); a drain never waits on one (pure)."""
+"""A request whose gateway is gone is ended (RequestFailed owner_lost); a drain never waits on one; after a
+restart, which workers of the log have not been heard yet (pure)."""
 
 from __future__ import annotations
 
-from cluster_helpers import T0, at, manifest, view
+from cluster_helpers import T0, at, joined, manifest, view
 from msgspec.structs import replace
 from test_swap_machine import FAST_DRAIN, LEGAL, also, emitted, running_v1, v2
 
-from nrt.events import DrainStarted, Event, RequestAdmitted, RequestCompleted, RequestFailed
+from nrt.events import DrainStarted, Event, RequestAdmitted, RequestCompleted, RequestFailed, WorkerLost
 from nrt.manifest import parse_manifest
 from nrt.policies import ControlState, SwapPhase, Tick, advance_swap, decide, saw_gateway, start_swap
+from nrt.policies.liveness import unheard
 from nrt.policies.owners import OWNER_LOST, end_orphans, held_under, orphaned
 from nrt.protocol import GatewayHeartbeat
 from nrt.state import fold
-from nrt.vocabulary import DrainOutcome
+from nrt.vocabulary import DrainOutcome, Reason
 
 LOST_AFTER_S = 6.0  # the default tuning: 2 s heartbeats, 3 missed
 
@@ -92,3 +94,10 @@ def test_a_drain_does_not_wait_on_a_request_no_live_gateway_holds() -> None:
     assert step.swap.phase is SwapPhase.CUTTING_OVER  # not the 30 s drain timeout
     assert step.swap.outcome is DrainOutcome.DRAINED
     assert step.swap.abandoned == 0
+
+
+def test_workers_the_log_holds_alive_are_unheard_until_they_beat_or_are_lost() -> None:
+    log = [joined("w1"), joined("w2"), joined("w3")]
+    state = view(log, now=T0, heartbeats=["w1"])
+    state = also(state, WorkerLost(occurred_at=T0, worker_id="w3", reason=Reason.SHUTDOWN))
+    assert unheard(state) == ["w2"]

@@ -174,3 +174,27 @@ def test_the_readme_curl_example_gets_a_routed_answer_from_real_models(start_sta
     assert json.loads(calls[0]["function"]["arguments"])["target"] == "billing"
     answer = "".join(choice["delta"].get("content") or "" for chunk in chunks for choice in chunk["choices"])
     assert len(answer.split()) >= 3, answer
+
+
+def test_nrt_up_again_with_another_manifest_applies_it_as_the_next_version(  # type: ignore[no-untyped-def]
+    start_stack, tmp_path: Path
+) -> None:
+    first = tmp_path / "first.yaml"
+    first.write_text(TINY)
+    stack = start_stack(first)
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.process.wait(60) == 0
+
+    # the same data directory, another manifest: legal goes, support comes
+    second = tmp_path / "second.yaml"
+    second.write_text(TINY.replace("id: legal", "id: support"))
+    stack = start_stack(second)
+    said = stack.log.read_text()
+    assert f"{second} differs from manifest v1 in force: cluster_state applies it as v2" in said, said
+    assert "adds support; drops legal" in said, said
+    assert re.search(r"manifest v1 -> v2 \(.*second\.yaml\): adds support; drops legal", said), said
+    served = httpx.get(f"{stack.url}/v1/manifest", headers=stack.headers(), timeout=10).json()
+    assert (served["version"], served["text"]) == (2, second.read_text())
+    models = {m["id"] for m in httpx.get(f"{stack.url}/v1/models", headers=stack.headers(), timeout=10).json()["data"]}
+    assert "support" in models
+    assert "legal" not in models
