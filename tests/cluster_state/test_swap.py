@@ -208,6 +208,13 @@ async def test_requests_whose_gateway_is_gone_are_failed_at_start_and_hold_no_sw
     assert time.perf_counter() - started < 15
     drains = [r.event for r in await event_store.query(types=["DrainCompleted"])]
     assert [(e.outcome, e.abandoned) for e in drains if isinstance(e, DrainCompleted)] == [("drained", 0)]
+    # the stream carried cluster_state's RequestFailed too, and its recorder took it (the log has it once)
+    last = (await nc.jetstream().stream_info(subjects.EVENTS_STREAM)).state.last_seq
+    for _ in range(200):  # the recorder reads the stream up to its last message (10 s at most)
+        if service.recorder.sequence >= last:
+            break
+        await asyncio.sleep(0.05)
+    assert (service.recorder.sequence, service.recorder.rejected) == (last, 0)
 
 
 async def gateway_beats(nc: Client, gateway_id: str, every_s: float = 0.2) -> None:

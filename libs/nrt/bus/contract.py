@@ -89,7 +89,7 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "RequestDispatched": (),  # no longer written (RequestRouted): older logs hold it
     "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
-    "RequestFailed": ("api_gateway",),
+    "RequestFailed": ("api_gateway", "cluster_state"),  # cluster_state: a request whose gateway is gone
     "ApiKeyCreated": ("cluster_state",),  # asked by the gateway (nrt.keys.create) or given at start
     "ApiKeyRevoked": ("cluster_state",),  # asked by the gateway (nrt.keys.revoke)
 }

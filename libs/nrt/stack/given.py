@@ -77,7 +77,10 @@ async def wait_served(gateway_url: str, api_key: str, digest: str, within: float
             if info.get("digest") == digest:
                 return int(info["version"])
             if not said and "version" in info:
-                say(f"waiting for cluster_state to apply the manifest given (manifest v{info['version']} in force)")
+                say(
+                    f"waiting for cluster_state to apply the manifest given (manifest v{info['version']} in force; "
+                    "if it cannot, cluster_state's log in the data directory's logs/ says why)"
+                )
                 said = True
             await asyncio.sleep(POLL_S)
     raise TimeoutError(f"the manifest given was not applied within {within:g}s")
