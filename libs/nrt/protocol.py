@@ -17,6 +17,7 @@ error frames, are in ``nrt.bus.rpc``.
 - ``nrt.control.<worker_id>`` (cluster_state -> one worker): a ``ControlCommand``,
   answered by a ``ControlReply`` once the change is done (and its event published).
 - ``nrt.workers.heartbeat`` (workers -> anyone): a ``WorkerHeartbeat`` every few seconds.
+- ``nrt.gateways.heartbeat`` (gateways -> cluster_state): a ``GatewayHeartbeat`` at the same interval.
 """
 
 from __future__ import annotations
@@ -270,6 +271,13 @@ class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
     sent_at: float = 0.0  # unix time
     device: Device | None = None  # what it runs models on (None: a worker from before devices were reported)
     device_free_bytes: int | None = None  # memory free on that device now: the GPU's, or the host's RAM
+
+
+class GatewayHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A gateway process is alive: the requests it admitted (``RequestAdmitted.gateway_id``) have an owner."""
+
+    gateway_id: str
+    sent_at: float = 0.0  # unix time
 
 
 # -- gateway -> cluster_state: drained manifest swaps -----------------------------------

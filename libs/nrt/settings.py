@@ -139,12 +139,13 @@ class Settings(BaseSettings):
 
 
 class HeartbeatSettings(Settings):
-    """The heartbeat interval that the workers send at and cluster_state expects."""
+    """The heartbeat interval that the workers and gateways send at and cluster_state expects."""
 
     heartbeat_s: float = Field(
         default=0.5,
         gt=0,
-        description="worker heartbeat interval in seconds (a worker is lost after `NRT_MISSED_HEARTBEATS` missed ones)",
+        description="worker and gateway heartbeat interval in seconds (one is lost after `NRT_MISSED_HEARTBEATS` "
+        "missed ones)",
     )
 
 

@@ -90,6 +90,7 @@ class Flight:
                 stream=self.call.stream,
                 key_id=self.key_id,
                 prompt=self.prompt,
+                gateway_id=self.runtime.gateway_id,
             )
         )
         route = RouteRequest(

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import time
+import uuid
 from dataclasses import dataclass
 
 from faststream.nats import NatsBroker
@@ -20,6 +23,7 @@ from api_gateway.errors import ApiError
 from api_gateway.exchange import Inboxes, not_connected
 from api_gateway.ratelimit import RateLimiter
 from api_gateway.settings import GatewaySettings
+from nrt.bus import subjects
 from nrt.bus.broker import start_broker
 from nrt.bus.connection import credentials_of
 from nrt.bus.emitter import EventEmitter
@@ -29,6 +33,7 @@ from nrt.bus.outbox import Outbox
 from nrt.events import CONTROL_PLANE, AnyEvent, WorkerLost
 from nrt.manifest import Manifest
 from nrt.metrics import ClusterCollector, GatewayMetrics
+from nrt.protocol import GatewayHeartbeat
 from nrt.state import ClusterState
 
 log = logging.getLogger("api_gateway")
@@ -59,6 +64,8 @@ def _end_on_loss(inboxes: Inboxes, event: AnyEvent) -> None:
 class Runtime:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
+        # this process, as its RequestAdmitted events and its heartbeats name it: a request has an owner while it beats
+        self.gateway_id = f"gateway-{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         self.limiter = RateLimiter()  # per API key, in this gateway process
         self.metrics = GatewayMetrics()  # this gateway's registry: GET /metrics
         self.metrics.registry.register(ClusterCollector(self._cluster, self._manifest))
@@ -66,6 +73,7 @@ class Runtime:
         self.connected = asyncio.Event()
         self.closing = asyncio.Event()  # the server is stopping: open-ended streams (the events feed) end
         self._task: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._connect())
@@ -103,8 +111,20 @@ class Runtime:
         await inboxes.start()
         follower.listen(lambda event, _: _end_on_loss(inboxes, event))
         self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
+        self._beats = asyncio.create_task(self._heartbeats(broker), name="api_gateway heartbeats")
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
+
+    async def _heartbeats(self, broker: NatsBroker) -> None:
+        """Say that this gateway is alive, every ``heartbeat_s``: cluster_state ends the requests of a gateway
+        that has stopped (``nrt.policies.owners``)."""
+        publisher = broker.publisher(subjects.GATEWAY_HEARTBEAT, schema=GatewayHeartbeat)
+        while True:
+            try:
+                await publisher.publish(GatewayHeartbeat(gateway_id=self.gateway_id, sent_at=time.time()))
+            except Exception as exc:  # the connection is down: the next beat tries again
+                log.debug("heartbeat not sent: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat_s)
 
     def _bus_lost(self) -> None:
         """The NATS connection dropped: end the requests in flight now, not at their deadlines."""
@@ -125,10 +145,11 @@ class Runtime:
         return bus
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._beats):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         bus = self.bus
         if bus is not None:
             await bus.emitter.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nrt.settings import Settings
+from nrt.settings import HeartbeatSettings
 
 
-class GatewaySettings(Settings):
-    """What the gateway reads: the shared settings, where it listens, its limits and deadlines."""
+class GatewaySettings(HeartbeatSettings):
+    """What the gateway reads: the shared settings and the heartbeat, where it listens, its limits and deadlines."""
 
     auth: bool = Field(
         default=True,

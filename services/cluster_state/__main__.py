@@ -1,7 +1,8 @@
 """``python -m cluster_state [--manifest FILE]``: run the cluster_state service.
 
 Needs NRT_NATS_URL and NRT_DATABASE_URL. ``--manifest`` (or NRT_MANIFEST) is applied as
-version 1 when the event log is empty; on a restart the state is rebuilt from the log.
+version 1 when the event log is empty; on a restart the state is rebuilt from the log, and a
+manifest that differs from the one in force is swapped in as the next version (drained).
 """
 
 from __future__ import annotations

@@ -45,12 +45,13 @@ from nrt.policies import (
     decide,
     note_reply,
     note_sent,
+    saw_gateway,
     saw_heartbeat,
     settle,
     with_footprints,
 )
 from nrt.policies.bookkeeping import control_timeout
-from nrt.protocol import ControlReply, WorkerHeartbeat
+from nrt.protocol import ControlReply, GatewayHeartbeat, WorkerHeartbeat
 from nrt.state import ClusterState
 from nrt.state.stream import StreamSnapshot
 from nrt.store import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
@@ -244,6 +245,10 @@ class Controller:
     async def on_heartbeat(self, beat: WorkerHeartbeat) -> None:
         """A worker's liveness, resources and hosted models (every few seconds)."""
         self.state = saw_heartbeat(self.state, beat, utc_now())
+
+    async def on_gateway_heartbeat(self, beat: GatewayHeartbeat) -> None:
+        """A gateway is alive: the requests it admitted have an owner."""
+        self.state = saw_gateway(self.state, beat, utc_now())
 
     def listening(self, now: datetime | None = None) -> None:
         """Heartbeats can reach this controller from ``now`` on (its subscription is in place, or its

@@ -5,7 +5,9 @@ fold the PostgreSQL log into the state, start the durable JetStream consumer and
 its backlog; when the stream lacks the manifest in force (a new or recreated stream),
 re-publish from the log the state the other services fold (``reseed``); then — on a
 first start with an empty log — apply the bootstrap manifest as ``ManifestApplied``
-version 1. Then serve:
+version 1. A bootstrap manifest that differs from the one the log holds is applied once serving,
+as a drained swap to the next version (``Swapper``), after the workers from before the start have
+beaten or been declared lost; the same manifest again records nothing. Then serve:
 
 - ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
 - ``nrt.state.snapshot``: that state placed on the events stream, for a follower that starts
@@ -14,8 +16,9 @@ version 1. Then serve:
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
 - ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.keys``); the
   keys given at start (``NRT_API_KEY``, ``NRT_ADMIN_KEY``) are recorded before the manifest;
-- heartbeats on ``nrt.workers.heartbeat``; a tick for liveness and placement, a sweep
-  for the session LRU.
+- heartbeats on ``nrt.workers.heartbeat`` and ``nrt.gateways.heartbeat``; a tick for liveness,
+  placement and the requests whose gateway is gone (``nrt.policies.owners``), a sweep for the
+  session LRU.
 """
 
 from __future__ import annotations
@@ -43,12 +46,14 @@ from cluster_state.swap import Swapper
 from cluster_state.whatif import dry_run
 from nrt.bus import broker as bus
 from nrt.bus import subjects
+from nrt.bus.errors import RemoteError
 from nrt.bus.jetstream import EventPublisher, StreamLimits
 from nrt.events import DrainCompleted, ManifestApplied
 from nrt.infra.pgurl import to_libpq
 from nrt.manifest import ManifestError
 from nrt.metrics import ClusterCollector, StateMetrics
 from nrt.policies import ControlState, Tuning
+from nrt.policies.liveness import unheard
 from nrt.protocol import (
     ApplyManifest,
     ApplyResult,
@@ -142,7 +147,7 @@ class ClusterStateService:
         await self.recorder.caught_up.wait()
         await self._reseed()
         await bootstrap_keys(self.controller, self.keys)
-        await self._bootstrap()
+        changed = await self._bootstrap()
         self._start_snapshots()
         self._subs += [
             await bus.serve(self.broker, subjects.STATE, self.serve_state, title="cluster_state: state"),
@@ -163,11 +168,19 @@ class ClusterStateService:
             await bus.serve(
                 self.broker, subjects.WORKER_HEARTBEAT, self.controller.on_heartbeat, title="cluster_state: heartbeats"
             ),
+            await bus.serve(
+                self.broker,
+                subjects.GATEWAY_HEARTBEAT,
+                self.controller.on_gateway_heartbeat,
+                title="cluster_state: gateway heartbeats",
+            ),
         ]
         self.controller.listening()
         self.controller.acting = True
         self._tasks.append(asyncio.create_task(self._ticks(), name="cluster_state ticks"))
         self._tasks.append(asyncio.create_task(self._sweeps(), name="cluster_state sweeps"))
+        if changed is not None:
+            self._tasks.append(asyncio.create_task(self._apply_given(changed), name="cluster_state given manifest"))
         log.info(
             "cluster_state recording from stream sequence %d, log at %d",
             self.recorder.sequence,
@@ -267,21 +280,17 @@ class ClusterStateService:
             len(events),
         )
 
-    async def _bootstrap(self) -> None:
+    async def _bootstrap(self) -> str | None:
+        """Apply the bootstrap manifest to an empty log (version 1); the text of one that differs from the
+        manifest in force (applied once serving, by ``_apply_given``), else None."""
         cluster = self.controller.cluster
         if self.manifest_text is None:
             if cluster.manifest_version == 0:
                 log.warning("the log has no manifest and none was given (--manifest / NRT_MANIFEST): apply one")
-            return
+            return None
         manifest = parse_in_force(self.manifest_text, 1)  # ManifestError: the service stops, naming the problems
         if cluster.manifest_version > 0:
-            if manifest.digest != cluster.manifest_digest:
-                log.info(
-                    "the log holds manifest v%d; %s is ignored on restart (swap manifests with PUT /v1/manifest)",
-                    cluster.manifest_version,
-                    self.manifest_file,
-                )
-            return
+            return manifest.text if manifest.digest != cluster.manifest_digest else None
         event = ManifestApplied(
             event_id=str(uuid.uuid5(BOOTSTRAP_NAMESPACE, manifest.digest)),  # a repeated bootstrap is one event
             version=1,
@@ -292,6 +301,36 @@ class ClusterStateService:
         await self.controller.decide([event])
         await self.controller.wait_for(lambda s: s.manifest_version >= 1, within=30)
         log.info("bootstrapped manifest v1 (%s) from %s", manifest.cluster, self.manifest_file)
+        return None
+
+    async def _apply_given(self, text: str) -> None:
+        """The manifest given at start differs from the one in force: swap to it (a new version), once every
+        worker the log holds as alive has beaten or been declared lost (a swap warms only on live workers)."""
+        c = self.controller
+        limit = c.state.tuning.lost_after_s * 2 + 1.0  # a silent worker is declared lost well within this
+        waited = 0.0
+        while unheard(c.state) and waited < limit:
+            await asyncio.sleep(self.tick_s)
+            waited += self.tick_s
+        current = c.cluster.manifest_version
+        log.warning(
+            "%s differs from manifest v%d in force: applying it as v%d (a drained swap)",
+            self.manifest_file,
+            current,
+            current + 1,
+        )
+        try:
+            result = await self.swapper.apply(ApplyManifest(text=text, requested_by=f"start ({self.manifest_file})"))
+        except RemoteError as exc:
+            log.error(
+                "%s was not applied: %s. Manifest v%d still serves: fix the manifest and start again, "
+                "or apply one with PUT /v1/manifest",
+                self.manifest_file,
+                exc.message,
+                c.cluster.manifest_version,
+            )
+            return
+        log.info("%s applied: manifest v%d -> v%d", self.manifest_file, result.from_version, result.to_version)
 
     async def _ticks(self) -> None:
         while True:

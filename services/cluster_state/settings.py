@@ -16,7 +16,9 @@ class ClusterStateSettings(HeartbeatSettings, EventsStreamSettings):
     bootstrap manifest and snapshots."""
 
     manifest: Path | None = Field(
-        default=None, description="the manifest cluster_state applies on its first start (`nrt up` sets it)"
+        default=None,
+        description="the manifest cluster_state applies at start: version 1 on an empty log; one that differs "
+        "from the manifest in force is swapped in as the next version (`nrt up` sets it)",
     )
     api_key: SecretStr | None = Field(
         default=None,

@@ -25,14 +25,17 @@ from nrt.events import (
     ModelPlaced,
     RequestAdmitted,
     RequestCompleted,
+    RequestFailed,
     TierChanged,
 )
-from nrt.protocol import ApplyManifest, ApplyResult
+from nrt.protocol import ApplyManifest, ApplyResult, GatewayHeartbeat
 from nrt.store import EventStore, RecordedEvent
 
 
-def admitted(request_id: str, version: int = 1) -> RequestAdmitted:
-    return RequestAdmitted(request_id=request_id, manifest_version=version, model_id="router", stream=True)
+def admitted(request_id: str, version: int = 1, gateway_id: str | None = None) -> RequestAdmitted:
+    return RequestAdmitted(
+        request_id=request_id, manifest_version=version, model_id="router", stream=True, gateway_id=gateway_id
+    )
 
 
 def completed(request_id: str, version: int = 1) -> RequestCompleted:
@@ -173,3 +176,49 @@ async def test_invalid_unchanged_and_unplaceable_manifests(
     assert [r.event.type for r in await event_store.query(types=["ManifestApplied", "DrainStarted"])] == [
         "ManifestApplied"
     ]
+
+
+async def test_requests_whose_gateway_is_gone_are_failed_at_start_and_hold_no_swap(
+    nc: Client, llama_copies: Callable[[str], str], event_store: EventStore, on_one_worker: OnOneWorker
+) -> None:
+    # the log of a stack killed mid-stream: two requests admitted by a gateway that is no more, one by a live one
+    publisher = EventPublisher(nc)
+    for request_id in ("cut-1", "cut-2"):
+        await publisher.publish(admitted(request_id, gateway_id="gateway-killed"))
+    await publisher.publish(admitted("held", gateway_id="gateway-live"))
+    beats = asyncio.create_task(gateway_beats(nc, "gateway-live"))
+    try:
+        service = await on_one_worker(worker_manifest(llama_copies))
+        state = await service.controller.wait_for(lambda s: set(s.in_flight) == {"held"}, within=10)
+        assert state.admitted_by == {"held": "gateway-live"}
+        failed = [r.event for r in await event_store.query(types=["RequestFailed"])]
+        assert sorted((e.request_id, e.code, e.status) for e in failed if isinstance(e, RequestFailed)) == [
+            ("cut-1", "owner_lost", 503),
+            ("cut-2", "owner_lost", 503),
+        ]
+        await publisher.publish(completed("held"))  # the live gateway ends its own request
+        await service.controller.wait_for(lambda s: not s.in_flight, within=10)
+    finally:
+        beats.cancel()
+    # the swap drains at once: its 30 s timeout is not waited out
+    started = time.perf_counter()
+    result = await apply(nc, worker_manifest(llama_copies, legal=False))
+    assert (result.to_version, result.outcome, result.abandoned) == (2, "applied", 0)
+    assert result.drained_ms < 5_000
+    assert time.perf_counter() - started < 15
+    drains = [r.event for r in await event_store.query(types=["DrainCompleted"])]
+    assert [(e.outcome, e.abandoned) for e in drains if isinstance(e, DrainCompleted)] == [("drained", 0)]
+    # the stream carried cluster_state's RequestFailed too, and its recorder took it (the log has it once)
+    last = (await nc.jetstream().stream_info(subjects.EVENTS_STREAM)).state.last_seq
+    for _ in range(200):  # the recorder reads the stream up to its last message (10 s at most)
+        if service.recorder.sequence >= last:
+            break
+        await asyncio.sleep(0.05)
+    assert (service.recorder.sequence, service.recorder.rejected) == (last, 0)
+
+
+async def gateway_beats(nc: Client, gateway_id: str, every_s: float = 0.2) -> None:
+    """Heartbeat as a live gateway does."""
+    while True:
+        await nc.publish(subjects.GATEWAY_HEARTBEAT, rpc.encode(GatewayHeartbeat(gateway_id=gateway_id)))
+        await asyncio.sleep(every_s)

@@ -4,13 +4,17 @@ events in PostgreSQL, and a clean stop that leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import nats
@@ -21,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
 from nrt.infra.pgurl import to_libpq
+from nrt.testing import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,3 +179,81 @@ def test_the_readme_curl_example_gets_a_routed_answer_from_real_models(start_sta
     assert json.loads(calls[0]["function"]["arguments"])["target"] == "billing"
     answer = "".join(choice["delta"].get("content") or "" for chunk in chunks for choice in chunk["choices"])
     assert len(answer.split()) >= 3, answer
+
+
+def test_nrt_up_again_with_another_manifest_applies_it_as_the_next_version(  # type: ignore[no-untyped-def]
+    start_stack, tmp_path: Path
+) -> None:
+    first = tmp_path / "first.yaml"
+    first.write_text(TINY)
+    stack = start_stack(first)
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.process.wait(60) == 0
+
+    # the same data directory, another manifest: legal goes, support comes
+    second = tmp_path / "second.yaml"
+    second.write_text(TINY.replace("id: legal", "id: support"))
+    stack = start_stack(second)
+    said = stack.log.read_text()
+    assert f"{second} differs from manifest v1 in force: cluster_state applies it as v2" in said, said
+    assert "adds support; drops legal" in said, said
+    assert re.search(r"manifest v1 -> v2 \(.*second\.yaml\): adds support; drops legal", said), said
+    served = httpx.get(f"{stack.url}/v1/manifest", headers=stack.headers(), timeout=10).json()
+    assert (served["version"], served["text"]) == (2, second.read_text())
+    models = {m["id"] for m in httpx.get(f"{stack.url}/v1/models", headers=stack.headers(), timeout=10).json()["data"]}
+    assert "support" in models
+    assert "legal" not in models
+
+
+def test_requests_cut_off_by_a_killed_stack_are_ended_at_restart_and_hold_no_swap(  # type: ignore[no-untyped-def]
+    start_stack, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "tiny.yaml"
+    manifest.write_text(TINY)
+    stack = start_stack(manifest, extra_env={"NRT_MISSED_HEARTBEATS": "40"})  # a frozen worker is not lost soon
+    processes = descendants(stack.process.pid)
+    worker = next(p for p in processes if b"specialist_worker" in Path(f"/proc/{p}/cmdline").read_bytes())
+    os.kill(worker, signal.SIGSTOP)  # the worker freezes: the requests sent to it stay in flight
+
+    def ask() -> None:
+        body = {"model": "billing", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{stack.url}/v1/chat/completions", json=body, headers=stack.headers(), timeout=120)
+
+    askers = [threading.Thread(target=ask, daemon=True) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    cut = set(stacks.eventually(lambda: len(in_flight(stack) or {}) == 3 and in_flight(stack), 30, "3 in flight"))
+
+    for pid in [stack.process.pid, *processes]:  # the whole stack killed at once, no goodbye
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    stack.process.wait(10)
+
+    stack = start_stack(manifest)  # the same data directory
+    stacks.eventually(lambda: in_flight(stack) == {}, 30, "the cut requests ended")
+    with psycopg.connect(to_libpq(stack.endpoints.database_url), autocommit=True) as conn:
+        rows = conn.execute("SELECT body FROM events WHERE type = 'RequestFailed'").fetchall()
+    ended = {row[0]["request_id"]: row[0]["code"] for row in rows}
+    assert ended == dict.fromkeys(cut, "owner_lost")
+
+    started = time.monotonic()
+    swapped = httpx.put(
+        f"{stack.url}/v1/manifest",
+        content=TINY.replace("id: legal", "id: support"),
+        headers=stack.headers(admin=True),
+        timeout=120,
+    )
+    assert swapped.status_code == 200, swapped.text
+    assert (swapped.json()["abandoned"], swapped.json()["to_version"]) == (0, 2)
+    assert time.monotonic() - started < 20  # the 30 s drain timeout is not waited out
+
+
+def in_flight(stack: Any) -> dict[str, int] | None:
+    """The requests in flight in cluster_state's fold (``/v1/cluster``); None while the gateway answers with its
+    own fold (cluster_state not up yet), which holds no requests."""
+    response = httpx.get(f"{stack.url}/v1/cluster", headers=stack.headers(), timeout=10)
+    if response.headers.get("x-nrt-state-source") != "cluster_state":
+        return None
+    requests: dict[str, int] = response.json()["in_flight"]
+    return requests

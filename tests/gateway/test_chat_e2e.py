@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import openai
 import pytest
 from harness import ROUTER_HOST, Stack
+from litestar import Litestar
 
+from nrt.bus import subjects
 from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed, RequestRouted, SessionTouched
+from nrt.protocol import GatewayHeartbeat
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -83,6 +87,22 @@ async def test_routed_completion_shows_the_hop_and_fills_usage(stack: Stack) -> 
     assert breakdown["router_ms"] > 0
     assert breakdown["worker_ms"] >= specialist["compute_ms"] * 0.9  # the worker's own time holds its compute
     assert breakdown["total_ms"] >= breakdown["router_ms"] + breakdown["worker_ms"]
+
+
+async def test_the_gateway_names_itself_on_what_it_admits_and_heartbeats_under_that_name(stack: Stack) -> None:
+    app = stack.gateway.config.app
+    assert isinstance(app, Litestar)
+    gateway_id = app.state.runtime.gateway_id
+    beats = await stack.nc.subscribe(subjects.GATEWAY_HEARTBEAT)
+    try:
+        heard = msgspec.json.decode((await beats.next_msg(timeout=5)).data, type=GatewayHeartbeat)
+    finally:
+        await beats.unsubscribe()
+    assert heard.gateway_id == gateway_id
+    response = await stack.client().chat.completions.with_raw_response.create(model="router", messages=user(BILLING))
+    admitted = (await stack.events(response.headers["x-nrt-request-id"], until=1))[0]
+    assert isinstance(admitted, RequestAdmitted)
+    assert admitted.gateway_id == gateway_id  # cluster_state ends its requests once that gateway stops beating
 
 
 async def test_streaming_sends_the_tool_call_first_then_tokens_then_done(stack: Stack) -> None:

@@ -29,6 +29,7 @@ from nrt.protocol import (
     ControlReply,
     CreateKey,
     EmbedReply,
+    GatewayHeartbeat,
     InboxFrame,
     InferRequest,
     PromoteModel,
@@ -88,7 +89,7 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "RequestDispatched": (),  # no longer written (RequestRouted): older logs hold it
     "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
-    "RequestFailed": ("api_gateway",),
+    "RequestFailed": ("api_gateway", "cluster_state"),  # cluster_state: a request whose gateway is gone
     "ApiKeyCreated": ("cluster_state",),  # asked by the gateway (nrt.keys.create) or given at start
     "ApiKeyRevoked": ("cluster_state",),  # asked by the gateway (nrt.keys.revoke)
 }
@@ -154,6 +155,17 @@ CHANNELS: tuple[Channel, ...] = (
         publishers=("specialist_worker", "router_svc"),
         subscribers=("cluster_state",),
         summary="A worker's liveness, resources and hosted models, every few seconds.",
+    ),
+    Channel(
+        address=subjects.GATEWAY_HEARTBEAT,
+        payload=GatewayHeartbeat,
+        reply=None,
+        publishers=("api_gateway",),
+        subscribers=("cluster_state",),
+        summary=(
+            "A gateway process is alive, every few seconds: the requests it admitted have an owner. cluster_state "
+            "ends those of a gateway gone silent (RequestFailed owner_lost)."
+        ),
     ),
     Channel(
         address=subjects.STATE,

@@ -14,6 +14,7 @@ KEYS_REVOKE = f"{PREFIX}.keys.revoke"  # -> cluster_state: revoke an API key
 PROMOTE = f"{PREFIX}.models.promote"  # -> cluster_state: make a model resident within the budget (or 503 why not)
 CANCEL = f"{PREFIX}.requests.cancel"  # gateway -> every worker: stop generating a request (its client has gone)
 WORKER_HEARTBEAT = f"{PREFIX}.workers.heartbeat"  # worker -> cluster_state, every few seconds
+GATEWAY_HEARTBEAT = f"{PREFIX}.gateways.heartbeat"  # gateway -> cluster_state: its requests have an owner
 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event
 EVENTS_PREFIX = f"{PREFIX}.events"

@@ -30,6 +30,7 @@ from nrt.stack import backing, endpoints
 from nrt.stack import keys as stack_keys
 from nrt.stack.backing import Backing
 from nrt.stack.bus import StackBus, stack_bus
+from nrt.stack.given import GivenManifest, compare_with_log, wait_served
 from nrt.stack.preflight import StackInUseError, claimed
 from nrt.stack.secrets import secret
 from nrt.stack.supervisor import Supervisor
@@ -239,6 +240,31 @@ async def _serve(
     return True
 
 
+async def _serve_given(
+    given: GivenManifest, gateway_url: str, env: dict[str, str], api_key: str, within: float, stop: asyncio.Event
+) -> bool:
+    """Once ready, wait for the gateway to serve the manifest given and its models, and say what changed;
+    False when stopped before that."""
+
+    async def served() -> None:
+        try:
+            version = await wait_served(gateway_url, api_key, given.manifest.digest, within, _say)
+        except TimeoutError as exc:
+            raise click.ClickException(f"{exc}: see cluster_state's log in the data directory's logs/") from None
+        await _wait_ready(gateway_url, env["NRT_GATEWAY_INSTANCE"], within)
+        what = given.changes.summary() if given.changes is not None else "a new manifest"
+        _say(f"manifest v{given.in_force} -> v{version} ({given.path}): {what}")
+
+    waiting, stopped = asyncio.create_task(served()), asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (waiting, stopped):
+        task.cancel()
+    if waiting in done:
+        waiting.result()
+        return True
+    return False
+
+
 async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_within: float) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -250,6 +276,8 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         database = servers.enter_context(database_backing(data_dir))
         _say(f"NATS at {nats.url}; PostgreSQL ready")
         await asyncio.to_thread(upgrade, database.url)
+        given = await compare_with_log(database.url, manifest_path, load_manifest(manifest_path, footprint_of))
+        _say(given.announcement())
         await _prepare_stream(nats.url, bus)
         watching = asyncio.create_task(backing.watch([nats, database], _say))
         gateway_url = f"http://{host}:{port}"
@@ -261,7 +289,10 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
         try:
             _say(f"starting {', '.join(SERVICES)}; logs in {data_dir / 'logs'}")
             ports = metrics_ports()
-            if await _serve(supervisor, env, bus, gateway_url, ready_within, stop, ports):
+            serving = await _serve(supervisor, env, bus, gateway_url, ready_within, stop, ports)
+            if serving and given.differs:
+                serving = await _serve_given(given, gateway_url, env, keys.api_key, ready_within, stop)
+            if serving:
                 found = endpoints.Endpoints(
                     nats_url=nats.url,
                     database_url=database.url,

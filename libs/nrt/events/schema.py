@@ -210,9 +210,9 @@ class SessionClosed(Event, frozen=True, kw_only=True):
 
 
 class RequestAdmitted(Event, frozen=True, kw_only=True):
-    """Version 2 added ``key_id``, version 3 ``prompt`` (older rows decode without them)."""
+    """Version 2 added ``key_id``, version 3 ``prompt``, version 4 ``gateway_id`` (older rows decode without them)."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     request_id: str
     manifest_version: int
     model_id: str  # what the client asked for: the entry (routed) or a model id (direct)
@@ -222,6 +222,9 @@ class RequestAdmitted(Event, frozen=True, kw_only=True):
     # The text the router classifies (the last user message), kept only while the manifest in force
     # says ``audit: {record_prompts: true}``: what ``nrt replay --what-if`` runs through a candidate.
     prompt: str | None = None
+    # The gateway process that admitted it and records its end: while that gateway heartbeats, the request has
+    # an owner; once it is gone, cluster_state ends the request (``RequestFailed`` ``owner_lost``). None: not said.
+    gateway_id: str | None = None
 
     @property
     def stream_id(self) -> str:

@@ -59,11 +59,17 @@ def _tier_changed_v1(body: Body) -> Body:
     return {"error": None, **body}
 
 
+def _gateway_v3(body: Body) -> Body:
+    """Version 4 added ``gateway_id``: the admitting gateway was not recorded before (its requests have no known owner)."""
+    return {"gateway_id": None, **body}
+
+
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("WorkerJoined", 1): _worker_joined_v1,
     ("WorkerJoined", 2): _worker_joined_v2,
     ("RequestAdmitted", 1): _key_id_v1,
     ("RequestAdmitted", 2): _prompt_v2,
+    ("RequestAdmitted", 3): _gateway_v3,
     ("RequestCompleted", 1): _key_id_v1,
     ("RequestFailed", 1): _key_id_v1,
     ("TierChanged", 1): _tier_changed_v1,

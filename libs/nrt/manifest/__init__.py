@@ -1,5 +1,6 @@
 """The NRT manifest: parsing, validation and the typed model."""
 
+from nrt.manifest.diff import ManifestChanges, diff_manifests
 from nrt.manifest.dispatch import DispatchRule, parse_rule
 from nrt.manifest.errors import ManifestError, Problem
 from nrt.manifest.model import (
@@ -28,6 +29,7 @@ __all__ = [
     "Generation",
     "LruPolicy",
     "Manifest",
+    "ManifestChanges",
     "ManifestError",
     "ModelSpec",
     "Priority",
@@ -37,6 +39,7 @@ __all__ = [
     "Routing",
     "Tier",
     "TurnTemplate",
+    "diff_manifests",
     "load_manifest",
     "parse_manifest",
     "parse_rule",

@@ -7,7 +7,7 @@ so the same log, triggers and times always give the same commands. The drained m
 swap is a state machine of the same kind (``start_swap`` / ``advance_swap``).
 """
 
-from nrt.policies.bookkeeping import absorb, note_reply, note_sent, saw_heartbeat, settle
+from nrt.policies.bookkeeping import absorb, note_reply, note_sent, saw_gateway, saw_heartbeat, settle
 from nrt.policies.budget import with_footprints
 from nrt.policies.decide import decide
 from nrt.policies.eviction import enforce_budget, make_resident
@@ -80,6 +80,7 @@ __all__ = [
     "note_sent",
     "plan_swap",
     "reconcile",
+    "saw_gateway",
     "saw_heartbeat",
     "settle",
     "start_swap",

@@ -20,7 +20,7 @@ from msgspec.structs import replace
 
 from nrt.events import Event, WorkerJoined, WorkerLost
 from nrt.policies.model import Command, Control, ControlState, Emit, Pending, Stall, WorkerSeen, pending_key
-from nrt.protocol import WorkerHeartbeat
+from nrt.protocol import GatewayHeartbeat, WorkerHeartbeat
 from nrt.state import ClusterState, evolve
 from nrt.vocabulary import Tier
 
@@ -185,3 +185,12 @@ def saw_heartbeat(state: ControlState, beat: WorkerHeartbeat, now: datetime) -> 
         beats=previous.beats + 1 if continuing and previous is not None else 1,
     )
     return replace(state, seen={**state.seen, beat.worker_id: seen})
+
+
+def saw_gateway(state: ControlState, beat: GatewayHeartbeat, now: datetime) -> ControlState:
+    """A gateway's heartbeat; gateways silent for ten times ``lost_after_s`` are forgotten (a restarted
+    gateway comes back under a new id)."""
+    forget = state.tuning.lost_after_s * 10
+    gateways = {g: at for g, at in state.gateways.items() if (now - at).total_seconds() <= forget}
+    gateways[beat.gateway_id] = now
+    return replace(state, gateways=gateways)

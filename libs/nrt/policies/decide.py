@@ -6,7 +6,7 @@ from datetime import datetime
 
 from nrt.events import ManifestApplied, RequestRouted, RouterFired, TierChanged, WorkerJoined, WorkerLost
 from nrt.manifest import Manifest
-from nrt.policies import liveness, placement, sessions, stalls
+from nrt.policies import liveness, owners, placement, sessions, stalls
 from nrt.policies.bookkeeping import note_sent
 from nrt.policies.eviction import enforce_budget, make_resident
 from nrt.policies.model import Command, ControlState, PromoteWanted, Sweep, Tick, Trigger, cause_of
@@ -22,7 +22,7 @@ def decide(state: ControlState, manifest: Manifest | None, trigger: Trigger, now
     """
     cause = cause_of(trigger, now)
     if isinstance(trigger, Tick):
-        commands = liveness.check(state, now, cause) + stalls.report(state, now)
+        commands = liveness.check(state, now, cause) + stalls.report(state, now) + owners.end_orphans(state, now)
         if manifest is not None:
             commands += placement.reconcile(note_sent(state, commands, now), manifest, now, cause)
         return commands

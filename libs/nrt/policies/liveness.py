@@ -56,3 +56,9 @@ def check(state: ControlState, now: datetime, cause: str) -> list[Command]:
             )
             commands.append(Emit(joined, group=worker_key(worker_id)))
     return commands
+
+
+def unheard(state: ControlState) -> list[str]:
+    """Workers the log holds as alive that have not heartbeated since this controller started: after a
+    restart, each either beats soon or is declared lost once ``lost_after_s`` has passed."""
+    return [w for w, worker in sorted(state.cluster.workers.items()) if worker.alive and w not in state.seen]

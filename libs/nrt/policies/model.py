@@ -80,6 +80,7 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
     cluster: ClusterState = ClusterState()
     pending: dict[str, Pending] = {}
     seen: dict[str, WorkerSeen] = {}
+    gateways: dict[str, datetime] = {}  # gateway id -> when its last heartbeat came
     backoff: dict[str, datetime] = {}  # "model@worker" -> not before
     stalls: dict[str, Stall] = {}  # "model@worker" -> its command's run of no progress (cleared by progress)
     # since when this controller has been hearing heartbeats (its start, or its connection's return): no
@@ -105,6 +106,12 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
             if (now - last).total_seconds() <= limit:
                 live.append(worker_id)
         return live
+
+    def gateway_live(self, gateway_id: str, now: datetime) -> bool:
+        """Whether the gateway has heartbeated within ``lost_after_s`` (counting from when this controller
+        started hearing: a gateway it has not heard yet gets that long to beat)."""
+        last = max(self.gateways.get(gateway_id, EPOCH), self.started_at)
+        return (now - last).total_seconds() <= self.tuning.lost_after_s
 
     def tier_of(self, model_id: str, worker_id: str) -> Tier:
         """The model's tier on the worker, counting a pending change as done."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from nrt.manifest import Manifest, Tier
+from nrt.manifest import Manifest, Tier, diff_manifests
 from nrt.policies.budget import Holding, footprint, holdings
 from nrt.policies.eviction import make_resident
 from nrt.policies.model import Command, Control, ControlState
@@ -77,13 +77,9 @@ def plan_swap(
 ) -> SwapPlan | SwapRejected:
     """What replacing ``old`` with ``new`` changes, or why ``new`` does not fit; the placements of
     the warm-up are stamped ``now`` with ids derived from ``cause``."""
-    old_specs = {s.id: s for s in old.models} if old is not None else {}
-    new_specs = {s.id: s for s in new.models}
-    added = tuple(i for i in new_specs if i not in old_specs)
-    removed = tuple(i for i in old_specs if i not in new_specs)
-    replaced = tuple(i for i in new_specs if i in old_specs and old_specs[i].source != new_specs[i].source)
-    kept = frozenset(i for i in new_specs if i in old_specs and i not in replaced)
-    retiered = tuple(sorted(i for i in kept if old_specs[i].tier is not new_specs[i].tier))
+    changes = diff_manifests(old, new)
+    added, removed, replaced, retiered = changes.added, changes.removed, changes.replaced, changes.retiered
+    kept = frozenset(s.id for s in new.models if s.id not in added and s.id not in replaced)
     problems = check_fit(state, new, now, keep=kept)
     if problems:
         return SwapRejected(tuple(problems))

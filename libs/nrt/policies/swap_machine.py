@@ -19,8 +19,9 @@ and its events carry ids derived from the swap's cause.
   once every group has run, a failure anywhere undoes them all (the old manifest serves on);
 - draining: ``DrainStarted``; the gateway holds new requests; the swap waits until the log
   shows the drain, ``ADMISSION_SETTLE_S`` more (requests admitted just before the gateway saw
-  it get recorded), and no request admitted under the old version is in flight, or until
-  ``drain.timeout`` has passed (those still running are abandoned);
+  it get recorded), and no request admitted under the old version is in flight with a live
+  owner (``nrt.policies.owners``), or until ``drain.timeout`` has passed (those still running
+  are abandoned);
 - reloading (a router change only): the replaced entry model is unloaded and loaded anew on
   each router host that holds it (``SwapPlan.reload``), while new requests are still held;
   a failure aborts the swap and loads the old router again there (``SwapPlan.restore``);
@@ -38,6 +39,7 @@ from enum import StrEnum
 from nrt.events import DrainCompleted, DrainStarted, ManifestApplied, derived_event_id
 from nrt.manifest import Manifest
 from nrt.policies.model import Command, ControlState, Emit, Tick
+from nrt.policies.owners import held_under
 from nrt.policies.swap import RELOAD_PREFIX, WARM_PREFIX, SwapPlan, SwapRejected, after_cutover, plan_swap, undo_warm
 from nrt.protocol import ApplyResult
 from nrt.vocabulary import ApplyOutcome, DrainOutcome
@@ -196,7 +198,7 @@ def _warmed(swap: Swap, view: ControlState, now: datetime) -> SwapStep:
         occurred_at=now,
         from_version=swap.from_version,
         to_version=swap.to_version,
-        in_flight=view.cluster.in_flight_under(swap.from_version),
+        in_flight=held_under(view, swap.from_version, now),
         timeout_s=swap.manifest.drain.timeout,
     )
     swap = replace(swap, phase=SwapPhase.DRAINING, drain_started_at=now)
@@ -220,7 +222,7 @@ def _drain(swap: Swap, view: ControlState, now: datetime) -> SwapStep:
     if seen is None and cluster.draining and cluster.drain_to_version == swap.to_version:
         seen = now
     swap = replace(swap, drain_seen_at=seen)
-    left = cluster.in_flight_under(swap.from_version)
+    left = held_under(view, swap.from_version, now)  # a request whose gateway is gone holds no one up
     settled = seen is not None and _seconds(seen, now) >= ADMISSION_SETTLE_S
     if settled and left == 0:
         return _drained(swap, now, DrainOutcome.DRAINED, 0)

@@ -303,6 +303,7 @@ def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
     return replace(
         state,
         in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
+        admitted_by=_with(state.admitted_by, e.request_id, e.gateway_id) if e.gateway_id else state.admitted_by,
         counters=replace(state.counters, requests_admitted=state.counters.requests_admitted + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
         events_applied=state.events_applied + 1,
@@ -368,6 +369,7 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
         state,
         models=_with(state.models, e.model_id, updated),
         in_flight=_without(state.in_flight, e.request_id),
+        admitted_by=_without(state.admitted_by, e.request_id),
         counters=counters,
         api_keys=_used(
             state.api_keys,
@@ -386,6 +388,7 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
     return replace(
         state,
         in_flight=_without(state.in_flight, e.request_id),
+        admitted_by=_without(state.admitted_by, e.request_id),
         counters=replace(state.counters, requests_failed=state.counters.requests_failed + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
         events_applied=state.events_applied + 1,

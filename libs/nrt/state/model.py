@@ -137,6 +137,7 @@ class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
     models: dict[str, ModelState] = {}
     sessions: dict[str, SessionState] = {}
     in_flight: dict[str, int] = {}  # request id -> manifest version it was admitted under
+    admitted_by: dict[str, str] = {}  # request id in flight -> the gateway that admitted it (where it said)
     intents: dict[str, int] = {}  # how often the entry model chose each intent
     api_keys: dict[str, ApiKey] = {}  # by key id, revoked ones included
     counters: Counters = Counters()

@@ -17,7 +17,9 @@ from nrt.state.fold import evolve
 from nrt.state.model import ClusterState
 from nrt.store import EventLog, Snapshot
 
-FOLD_VERSION = 3  # 2: workers carry their device (WorkerJoined v3); 3: models their load failures
+# 2: workers carry their device (WorkerJoined v3); 3: models their load failures (TierChanged v2);
+# 4: requests in flight their gateway (RequestAdmitted v4, admitted_by)
+FOLD_VERSION = 4
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")  # one state, one encoding (audits compare bytes)
 _decoder = msgspec.msgpack.Decoder(ClusterState)
