@@ -2,7 +2,7 @@
 
 Every test runs against a temporary NRT_HOME except the Gemma ones, which use the real
 cache (NRT_HOME or the user cache dir) so that gemma3-270m is converted once per machine.
-tiny-llama is built once per session into its own temporary NRT_HOME.
+tiny-llama (its root variant) is built once per session into its own temporary NRT_HOME.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nrt.catalogue import PreparedArtifact, prepare
+from nrt.catalogue import ROOT_PROVIDER, PreparedArtifact, prepare
 
 
 @pytest.fixture
@@ -30,7 +30,8 @@ def tiny_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_llama(tiny_home: Path) -> PreparedArtifact:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NRT_HOME", str(tiny_home))
-        return prepare("tiny-llama")
+        # The root variant alone, also where CUDA is: test_variants adds the cuda one itself.
+        return prepare("tiny-llama", providers=(ROOT_PROVIDER,))
 
 
 @pytest.fixture
