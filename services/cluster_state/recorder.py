@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -50,11 +51,13 @@ from nrt.bus.contract import may_carry
 from nrt.bus.jetstream import StreamLimits, ensure_events_stream, message_version
 from nrt.events import Event, EventDecodeError, decode
 from nrt.metrics import StateMetrics
+from nrt.retry import Backoff, OnRetry, Stopped, retry
 from nrt.store import AppendResult, Checkpoint, EventLog, RecordedEvent
 
 log = logging.getLogger("nrt.cluster_state.recorder")
 
 CONSUMER = "cluster_state"
+RETRY_BACKOFF = Backoff(first_s=0.5, max_s=10.0)  # after a failed append, until the batch is recorded
 ACK_WAIT_S = 60.0
 
 OnRecorded = Callable[[list[RecordedEvent]], None]
@@ -159,7 +162,6 @@ class Recorder:
 
     async def run(self, stopping: asyncio.Event) -> None:
         assert self._sub is not None, "start() first"
-        backoff = 0.5
         while not stopping.is_set():
             try:
                 messages = await self._sub.fetch(self.batch, timeout=self.poll_s)
@@ -173,15 +175,10 @@ class Recorder:
                 await asyncio.sleep(self.linger_s)
                 with contextlib.suppress(TimeoutError):
                     messages += await self._sub.fetch(self.batch - len(messages), timeout=self.linger_s)
-            while not stopping.is_set():
-                try:
-                    await self._record(messages)
-                    backoff = 0.5
-                    break
-                except Exception:
-                    log.exception("recording %d events failed; retrying in %.1fs", len(messages), backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+            if not stopping.is_set():
+                with contextlib.suppress(Stopped):
+                    record = functools.partial(self._record, messages)
+                    await retry(record, RETRY_BACKOFF, _recording_failed(len(messages)), stopping=stopping)
             if len(messages) < self.batch:
                 self.caught_up.set()
 
@@ -246,3 +243,10 @@ class Recorder:
             log.info("skipped %d events already in the log (redelivered)", result.duplicates)
         if result.recorded:
             self.on_recorded(result.recorded)
+
+
+def _recording_failed(events: int) -> OnRetry:
+    def logged(_failure: Exception, _failures: int, wait_s: float) -> None:
+        log.exception("recording %d events failed; retrying in %.1fs", events, wait_s)
+
+    return logged

@@ -19,9 +19,12 @@ from nats.aio.client import Client
 
 from nrt.bus.jetstream import event_subject
 from nrt.events import VERSION_HEADER
+from nrt.retry import Backoff, Stopped, retry
 from nrt.store import DecisionLog, OutboxEntry
 
 log = logging.getLogger("nrt.cluster_state.relay")
+
+RETRY_BACKOFF = Backoff(first_s=0.5, max_s=10.0)  # after a failed publish, until the outbox is sent
 
 
 class OutboxRelay:
@@ -38,20 +41,18 @@ class OutboxRelay:
         self._wake.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        backoff = 0.5
         while not stopping.is_set():
             try:
-                while await self.publish_pending():
-                    pass
-                backoff = 0.5
-            except Exception:
-                log.exception("publishing the decision outbox failed; retrying in %.1fs", backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-                continue
+                await retry(self._publish_all, RETRY_BACKOFF, _publish_failed, stopping=stopping)
+            except Stopped:
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
             self._wake.clear()
+
+    async def _publish_all(self) -> None:
+        while await self.publish_pending():
+            pass
 
     async def publish_pending(self) -> int:
         """Publish one page of the outbox and clear it; how many were published (0: the outbox is empty)."""
@@ -72,3 +73,7 @@ class OutboxRelay:
                 await self.js.publish_async(event_subject(entry.type, "cluster_state"), entry.body, headers=headers)
             )
         await asyncio.gather(*acks)
+
+
+def _publish_failed(_failure: Exception, _failures: int, wait_s: float) -> None:
+    log.exception("publishing the decision outbox failed; retrying in %.1fs", wait_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+import sqlalchemy as sa
 
 from nrt.events import TierChanged, WorkerJoined, WorkerLost, encode
 from nrt.store import (
@@ -113,3 +114,22 @@ async def test_a_decision_on_a_stream_that_moved_on_is_refused(log: EventLog) ->
         await store.append_decided([], stale)
     assert await store.head() == 3
     assert await store.unpublished() == []
+
+
+async def test_a_round_reads_its_streams_versions_once(database_url: str) -> None:
+    """PostgreSQL: a round of decisions reads its streams' versions (as the decider saw them, and
+    now) in one statement, not once for the expected versions and again for the append."""
+    store = EventStore.connect(database_url)
+    statements: list[str] = []
+
+    def executed(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", executed)
+    try:
+        result = await store.append_decided([joined("w1"), joined("w2")], lost_for_each_join)
+    finally:
+        await store.close()
+    assert len(result.decided) == 2  # one round decided, the next decided nothing
+    version_reads = [s for s in statements if "max(stream_version)" in s]
+    assert len(version_reads) == 2  # the causes' append, then the one round with decisions

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nrt.bus.errors import RemoteError
+from nrt.cli.event_log import run_on_log
 from nrt.manifest import ManifestError
 from nrt.whatif import WhatIfReport
 from nrt.whatif.candidate import parse_candidate, read_recorded, what_if
@@ -24,8 +25,6 @@ BROKEN = 2  # the exit status when a constraint would break
 
 
 def run_what_if(path: str, since: datetime | None, as_json: bool, url: str, console: Console) -> None:
-    from nrt.cli.audit import _run
-
     file = Path(path)
     try:
         candidate = parse_candidate(file.read_text(encoding="utf-8"), str(file))
@@ -33,7 +32,7 @@ def run_what_if(path: str, since: datetime | None, as_json: bool, url: str, cons
         raise click.ClickException(f"cannot read {file}: {exc.strerror}") from None
     except ManifestError as exc:
         raise click.ClickException(str(exc)) from None
-    recorded = _run(lambda store: read_recorded(store, since), url)
+    recorded = run_on_log(lambda store: read_recorded(store, since), url)
     try:
         report = what_if(recorded, candidate)
     except (RemoteError, ValueError) as exc:

@@ -173,14 +173,16 @@ class EventStore(DecisionLog):
         events: Sequence[Event],
         expected_versions: Mapping[str, int] | None,
         tail: tuple[int, bytes] | None = None,
+        current: Mapping[str, int] | None = None,
     ) -> tuple[AppendResult, dict[str, int], tuple[int, bytes]]:
         """The checked append inside a transaction holding the append lock: the result, the stream
         versions it saw or wrote, and the new tail. ``tail``: the one an earlier append of this
-        transaction left (None: read it)."""
+        transaction left (None: read it). ``current``: the versions of every stream of ``events``
+        and ``expected_versions`` as this transaction already read them (None: read them)."""
         fresh = await self._unseen(conn, events)
         duplicates = len(events) - len(fresh)
         streams = {e.stream_id for e in fresh} | set(_expected_for(expected_versions))
-        versions = await self._stream_versions(conn, streams)
+        versions = dict(current) if current is not None else await self._stream_versions(conn, streams)
         for stream_id, expected in _expected_for(expected_versions).items():
             actual = versions.get(stream_id, 0)
             if actual != expected and any(e.stream_id == stream_id for e in fresh):
@@ -274,8 +276,9 @@ class EventStore(DecisionLog):
                     decision = decide(recorded)
                     if not decision.events:
                         break
-                    expected = await self._versions_at(conn, {e.stream_id for e in decision.events}, decision.seen)
-                    appended, _, tail = await self._append_in(conn, decision.events, expected, tail)
+                    streams = {e.stream_id for e in decision.events}
+                    expected, current = await self._versions_seen_and_now(conn, streams, decision.seen)
+                    appended, _, tail = await self._append_in(conn, decision.events, expected, tail, current)
                     recorded = appended.recorded
                     if recorded:
                         await conn.execute(
@@ -291,17 +294,27 @@ class EventStore(DecisionLog):
         return DecidedAppend(causes=result, decided=decided)
 
     @staticmethod
-    async def _versions_at(conn: AsyncConnection, streams: set[str], position: int) -> dict[str, int]:
-        """Each stream's version as of ``position`` (0: none yet): what a decider that folded that far saw."""
+    async def _versions_seen_and_now(
+        conn: AsyncConnection, streams: set[str], position: int
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """In one read, each stream's version as of ``position`` (0: none yet), which is what a
+        decider that folded that far saw, and its version now (a stream with no event left out)."""
         result = await conn.execute(
             sa.text(
                 "SELECT s.stream_id, (SELECT coalesce(max(stream_version), 0) FROM events e "
-                "WHERE e.stream_id = s.stream_id AND e.position <= :at) "
+                "WHERE e.stream_id = s.stream_id AND e.position <= :at), "
+                "(SELECT max(stream_version) FROM events e WHERE e.stream_id = s.stream_id) "
                 "FROM unnest(CAST(:streams AS text[])) AS s(stream_id)"
             ),
             {"streams": sorted(streams), "at": position},
         )
-        return {stream_id: int(version) for stream_id, version in result}
+        seen: dict[str, int] = {}
+        now: dict[str, int] = {}
+        for stream_id, at_position, version in result:
+            seen[stream_id] = int(at_position)
+            if version is not None:
+                now[stream_id] = int(version)
+        return seen, now
 
     async def unpublished(self, limit: int = 500) -> list[OutboxEntry]:
         async with self.engine.connect() as conn:

@@ -154,7 +154,7 @@ class InMemoryEventStore(DecisionLog):
                 decision = decide(recorded)
                 if not decision.events:
                     break
-                expected = {e.stream_id: self._version_at(e.stream_id, decision.seen) for e in decision.events}
+                expected = self._versions_at({e.stream_id for e in decision.events}, decision.seen)
                 recorded = (await self.append(decision.events, expected)).recorded
                 self._outbox += [r.position for r in recorded]
                 decided += recorded
@@ -167,8 +167,9 @@ class InMemoryEventStore(DecisionLog):
             self._checkpoints[checkpoint.consumer] = checkpoint.sequence
         return DecidedAppend(causes=result, decided=decided)
 
-    def _version_at(self, stream_id: str, position: int) -> int:
-        return sum(1 for at in self._streams.get(stream_id, ()) if at <= position)
+    def _versions_at(self, streams: set[str], position: int) -> dict[str, int]:
+        """Each stream's version as of ``position`` (0: none yet), read once per stream."""
+        return {s: sum(1 for at in self._streams.get(s, ()) if at <= position) for s in streams}
 
     async def unpublished(self, limit: int = 500) -> list[OutboxEntry]:
         rows = [self._rows[position] for position in self._outbox[:limit]]

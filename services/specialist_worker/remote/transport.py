@@ -7,7 +7,6 @@ Once the request is on its way, any failure ends it with an error (see :mod:`.fa
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from contextlib import asynccontextmanager
 import httpx
 import msgspec
 
+from nrt.retry import Backoff, retry
 from specialist_worker.remote import failures
 from specialist_worker.remote.policy import RemotePolicy
 from specialist_worker.sources import RemoteEndpoint
@@ -70,27 +70,31 @@ class RemoteClient:
     async def _send(self, endpoint: RemoteEndpoint, request: httpx.Request) -> httpx.Response:
         """The response's head; connect failures are tried again, up to the policy's attempts."""
         attempts = max(1, self.policy.connect_attempts)
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self._client().send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt == attempts:
-                    raise failures.unreachable(endpoint, attempts, exc) from exc
-                wait = self.policy.retry_backoff_s * 2 ** (attempt - 1)
-                log.warning(
-                    "could not connect to %s (attempt %d of %d: %s); retrying in %.2f s",
-                    endpoint.base_url,
-                    attempt,
-                    attempts,
-                    exc,
-                    wait,
-                )
-                await asyncio.sleep(wait)
-            except httpx.TimeoutException as exc:
-                raise failures.timed_out(endpoint, self.policy.read_timeout_s, exc) from exc
-            except httpx.HTTPError as exc:
-                raise failures.broken(endpoint, exc) from exc
-        raise AssertionError("unreachable")  # the loop returns or raises
+
+        def connect_failed(failure: Exception, attempt: int, wait_s: float) -> None:
+            log.warning(
+                "could not connect to %s (attempt %d of %d: %s); retrying in %.2f s",
+                endpoint.base_url,
+                attempt,
+                attempts,
+                failure,
+                wait_s,
+            )
+
+        try:
+            return await retry(
+                lambda: self._client().send(request, stream=True),
+                Backoff(first_s=self.policy.retry_backoff_s),
+                connect_failed,
+                retry_on=(httpx.ConnectError, httpx.ConnectTimeout),
+                attempts=attempts,
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise failures.unreachable(endpoint, attempts, exc) from exc
+        except httpx.TimeoutException as exc:
+            raise failures.timed_out(endpoint, self.policy.read_timeout_s, exc) from exc
+        except httpx.HTTPError as exc:
+            raise failures.broken(endpoint, exc) from exc
 
 
 async def _read_some(response: httpx.Response) -> bytes:
