@@ -84,3 +84,9 @@ def test_the_in_memory_store_loads_no_database_code(module: str) -> None:
 
 def test_the_probe_sees_the_database_code() -> None:
     assert loaded_after_import("nrt.store.event_store", DATABASE[:2]) == list(DATABASE[:2])
+
+
+def test_the_bus_contract_loads_no_service_shell() -> None:
+    # the wire types (Health included) live in nrt.protocol, not in the shell nrt.service
+    shell = ("nrt.service", "faststream", "uvloop", "prometheus_client")
+    assert loaded_after_import("nrt.bus.contract", shell) == []
