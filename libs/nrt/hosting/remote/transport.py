@@ -15,9 +15,9 @@ from contextlib import asynccontextmanager
 import httpx
 import msgspec
 
-from specialist_worker.remote import failures
-from specialist_worker.remote.policy import RemotePolicy
-from specialist_worker.sources import RemoteEndpoint
+from nrt.hosting.model_sources import RemoteEndpoint
+from nrt.hosting.remote import failures
+from nrt.hosting.remote.policy import RemotePolicy
 
 log = logging.getLogger("nrt.worker.remote")
 
