@@ -205,8 +205,8 @@ class WorkerFigures(msgspec.Struct, frozen=True):
 
 
 async def main(model: str, n: int, spin: bool) -> None:
-    from specialist_worker.resources import detect
-    from specialist_worker.worker import Worker
+    from nrt.hosting.resources import detect
+    from nrt.hosting.worker import Worker
 
     provider = host_provider()
     gpu = provider == "cuda"

@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:
         return
-    from specialist_worker.device_memory import cuda_unavailable
+    from nrt.hosting.device_memory import cuda_unavailable
 
     reason = cuda_unavailable()
     if reason is not None:

@@ -8,8 +8,8 @@ from nats.aio.client import Client
 
 from nrt.bus import rpc, subjects
 from nrt.events import AnyEvent, decode
+from nrt.hosting.worker import Worker
 from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
-from specialist_worker.worker import Worker
 
 
 async def control(nc: Client, worker: Worker | str, **fields: object) -> ControlReply:

@@ -357,3 +357,18 @@ class PromoteResult(msgspec.Struct, frozen=True, kw_only=True):
     tier: Tier  # the model's tier after the promotion (resident, or remote for a remote model)
     demoted: tuple[str, ...] = ()  # models demoted to make room
     elapsed_ms: float
+
+
+# -- anyone -> any service: its health (nrt.health.<service>) ---------------------------
+
+
+class HealthQuery(msgspec.Struct, frozen=True):
+    pass
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    service: str
+    instance: str
+    uptime_s: float
+    status: str = "ok"
+    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected, events_lost)

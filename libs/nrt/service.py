@@ -18,7 +18,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import msgspec
 import uvloop
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
@@ -27,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from nrt.bus import broker as bus
 from nrt.bus.connection import credentials_of
 from nrt.metrics import serve_metrics
+from nrt.protocol import Health, HealthQuery
 from nrt.settings import LogLevel, Settings, SettingsError
 from nrt.telemetry import setup_tracing
 
@@ -39,18 +39,6 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 def health_subject(service: str) -> str:
     return f"nrt.health.{service}"
-
-
-class HealthQuery(msgspec.Struct, frozen=True):
-    pass
-
-
-class Health(msgspec.Struct, frozen=True, kw_only=True):
-    service: str
-    instance: str
-    uptime_s: float
-    status: str = "ok"
-    counters: dict[str, int] = {}  # what the service counts (cluster_state: events_rejected, events_lost)
 
 
 @dataclass

@@ -17,8 +17,9 @@ from api_gateway.openai_types import ModelFailure, Readiness
 from api_gateway.runtime import Runtime
 from nrt.bus.broker import call
 from nrt.bus.errors import RemoteError
+from nrt.protocol import Health, HealthQuery
 from nrt.routing.readiness import FailedModel, models_readiness
-from nrt.service import Health, HealthQuery, health_subject
+from nrt.service import health_subject
 
 ROUTER_SERVICE = "router_svc"
 PROBE_TIMEOUT = 1.0

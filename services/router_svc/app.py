@@ -1,6 +1,6 @@
 """router_svc: routes each request with the entry model it hosts, in its own process (issue 13).
 
-router_svc is the entry model's worker: a :class:`specialist_worker.worker.Worker` with the
+router_svc is the entry model's worker: a :class:`nrt.hosting.worker.Worker` with the
 router role (it joins and beats like any worker, obeys ``nrt.control.<its id>``, reports its
 tiers and serves ``nrt.infer.<entry>``), so placement loads the entry model here. It follows
 the event stream for the manifests in force (each request is routed under the version the
@@ -20,6 +20,8 @@ from nrt.bus.emitter import EventEmitter
 from nrt.bus.follow import EventFollower
 from nrt.bus.outbox import Outbox
 from nrt.events import CONTROL_PLANE
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.metrics import RouterMetrics
 from nrt.service import ServiceContext
 from nrt.vocabulary import WorkerRole
@@ -27,8 +29,6 @@ from router_svc.manifests import ManifestHistory
 from router_svc.relay import RouteServer
 from router_svc.router import Router
 from router_svc.settings import RouterSettings
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
 
 
 def router_host(ctx: ServiceContext, settings: RouterSettings) -> Worker:

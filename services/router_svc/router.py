@@ -27,14 +27,14 @@ from nrt.bus.emitter import EventEmitter
 from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, model_unavailable
 from nrt.bus.rpc import StreamInbox
 from nrt.events import RequestRouted
+from nrt.hosting.serving import CANNOT_GENERATE
+from nrt.hosting.worker import Worker, stream_answer
 from nrt.manifest import Manifest
 from nrt.metrics import RouterMetrics
 from nrt.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
 from nrt.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
 from router_svc.manifests import ManifestHistory
 from router_svc.settings import RouterSettings
-from specialist_worker.serving import CANNOT_GENERATE
-from specialist_worker.worker import Worker, stream_answer
 
 tracer = trace.get_tracer("router_svc")
 

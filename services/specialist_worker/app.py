@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.service import ServiceContext
-from specialist_worker.resources import detect
 from specialist_worker.settings import WorkerSettings
-from specialist_worker.worker import Worker
 
 
 async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> None:

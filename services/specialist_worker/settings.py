@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from nrt.hosting.remote.policy import RemotePolicy
 from nrt.settings import HeartbeatSettings
 from nrt.units import parse_size
-from specialist_worker.remote.policy import RemotePolicy
 
 
 class WorkerSettings(HeartbeatSettings):

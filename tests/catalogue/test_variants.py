@@ -41,8 +41,8 @@ from nrt.catalogue import (
 from nrt.catalogue.builders.fp16 import LOGIT_TOLERANCE, logit_error
 from nrt.catalogue.greedy import empty_past, forward, greedy, open_session
 from nrt.cli.main import cli
+from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.inference import bare_greedy, build_session, load_weights
-from specialist_worker.sources import LocalArtifact, resolve
 
 PROMPTS = ("Hello, tiny llama!", "The quick brown fox", "Goodbye", "a")
 

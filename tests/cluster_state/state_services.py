@@ -9,10 +9,10 @@ from faststream.nats import NatsBroker
 
 from cluster_state.service import ClusterStateService
 from nrt.bus.broker import start_broker
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.store import EventStore
 from nrt.vocabulary import WorkerRole
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
 
 StartService = Callable[..., Awaitable[ClusterStateService]]
 OnOneWorker = Callable[[str], Awaitable[ClusterStateService]]

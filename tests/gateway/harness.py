@@ -42,6 +42,8 @@ from nrt.bus.connection import connect
 from nrt.bus.credentials import BusCredentials
 from nrt.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.events import AnyEvent, ManifestApplied, decode
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.infra import free_port
 from nrt.keys import bootstrap_event
 from nrt.manifest import Manifest, parse_manifest
@@ -52,8 +54,6 @@ from nrt.vocabulary import KeyScope
 from router_svc.app import router_host
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
 from worker_calls import control
 
 FIXTURES = Path(__file__).parent / "fixtures"

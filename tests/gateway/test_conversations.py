@@ -11,9 +11,9 @@ import pytest_asyncio
 from harness import Stack, start_stack
 
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.hosting.prompts import template_for
 from nrt.inference import BatchingGenerator
 from nrt.protocol import ChatMessage
-from specialist_worker.prompts import template_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

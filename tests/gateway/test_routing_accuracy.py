@@ -19,11 +19,11 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from nrt.catalogue import prepare
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.manifest import load_manifest
 from nrt.routing import classify_request, decide, restrict
 from nrt.vocabulary import WorkerRole
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
 from worker_calls import control
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "customer-support.yaml"

@@ -32,9 +32,9 @@ from nrt.events import (
     RequestRouted,
     TierChanged,
 )
+from nrt.hosting.worker import Worker
 from nrt.protocol import GenerateChunk, GenerateRequest
 from nrt.store import EventStore, RecordedEvent
-from specialist_worker.worker import Worker
 
 BILLING = "I was charged twice for my order"
 V1_DRAIN = "drain: {timeout: 5s, admission_wait: 1s}"  # as in the fixture manifest

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from harness import fixture_manifest
 
+from nrt.hosting.offline_router import offline_router
 from nrt.manifest import Manifest, Tier, parse_manifest
 from nrt.whatif import RecordedRequest, build_report, router_identity
 from nrt.whatif.report import Classify
-from specialist_worker.offline_router import offline_router
 
 BILLING = "I was charged twice for my order"
 TECHNICAL = "the app crashes when I open it"

@@ -16,7 +16,8 @@ from nrt.bus.broker import start_broker
 from nrt.bus.connection import connect
 from nrt.bus.credentials import BusCredentials
 from nrt.infra.embedded_nats import EmbeddedNats
-from nrt.service import Health, HealthQuery, ServiceContext, health_subject, serve_health
+from nrt.protocol import Health, HealthQuery
+from nrt.service import ServiceContext, health_subject, serve_health
 from nrt.settings import Settings
 
 

@@ -15,7 +15,8 @@ from nats.aio.client import Client
 
 from nrt.bus import rpc
 from nrt.infra import free_port
-from nrt.service import Health, HealthQuery, health_subject
+from nrt.protocol import Health, HealthQuery
+from nrt.service import health_subject
 
 
 async def _until_healthy(nc: Client, service: str, deadline: float) -> Health:

@@ -12,7 +12,7 @@ from api_gateway.errors import ApiError, retry_after_header
 from api_gateway.exchange import BUS_LOST, WORKER_LOST, Frame, Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.bus.errors import Overloaded, RemoteError
-from specialist_worker.hosting import recent_speed
+from nrt.hosting.model_host import recent_speed
 
 SETTINGS = GatewaySettings(
     idle_timeout=60.0, token_timeout_factor=50.0, token_timeout_floor=5.0, first_token_timeout=30.0

@@ -19,6 +19,8 @@ HEAVY = ("onnxruntime", "numpy")
 
 PURE = ("nrt.policies", "nrt.state", "nrt.manifest", "nrt.events", "nrt.protocol", "nrt.routing")
 SERVICE_LAYER = ("prometheus_client",)  # metrics live in the services (nrt.metrics), never in the core
+DATABASE = ("sqlalchemy", "psycopg", "alembic", "nrt.infra.embedded_postgres")
+IN_MEMORY = ("nrt.store", "nrt.store.memory", "nrt.state.snapshot")
 
 LIGHT = (
     "nrt.policies",
@@ -72,3 +74,19 @@ def test_the_pure_core_loads_no_metrics_client(module: str) -> None:
 
 def test_the_probe_sees_the_metrics_client() -> None:
     assert loaded_after_import("nrt.metrics", SERVICE_LAYER) == list(SERVICE_LAYER)
+
+
+@pytest.mark.parametrize("module", IN_MEMORY)
+def test_the_in_memory_store_loads_no_database_code(module: str) -> None:
+    # the run-time side of tests/unit/test_import_rules.py's rule (b)
+    assert loaded_after_import(module, DATABASE) == [], f"importing {module} loads database code"
+
+
+def test_the_probe_sees_the_database_code() -> None:
+    assert loaded_after_import("nrt.store.event_store", DATABASE[:2]) == list(DATABASE[:2])
+
+
+def test_the_bus_contract_loads_no_service_shell() -> None:
+    # the wire types (Health included) live in nrt.protocol, not in the shell nrt.service
+    shell = ("nrt.service", "faststream", "uvloop", "prometheus_client")
+    assert loaded_after_import("nrt.bus.contract", shell) == []

@@ -12,11 +12,11 @@ from click.testing import CliRunner, Result
 
 from nrt.bus.errors import RemoteError
 from nrt.cli.main import cli
+from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.manifest import parse_manifest
 from nrt.manifest.summary import summarize
 from nrt.manifest_sources import unusable_sources
 from nrt.testing.stacks import tiny_manifest
-from specialist_worker.sources import LocalArtifact, resolve
 
 LONG_IDS = textwrap.dedent(
     """\

@@ -18,10 +18,10 @@ from nrt import settings_doc
 from nrt.bus.jetstream import StreamLimits
 from nrt.cli.main import cli
 from nrt.cli.settings import CliSettings
+from nrt.hosting.remote.policy import RemotePolicy
 from nrt.policies import Tuning
 from nrt.settings import Settings, SettingsError, models_dir, nrt_home
 from router_svc.settings import RouterSettings
-from specialist_worker.remote.policy import RemotePolicy
 from specialist_worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 from faststream.nats import NatsBroker
 from shell_fakes import Jobs
 
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The worker's jobs on real models, without NATS: an in-memory shell that records what they ask of it.
 
-``Shell`` provides every port of ``specialist_worker.ports`` (events, heartbeats, model
+``Shell`` provides every port of ``nrt.hosting.shell_ports`` (events, heartbeats, model
 subjects, the promotion request to cluster_state) and keeps one ordered list of the calls,
 so a test can check both what happened and in which order.
 """
@@ -13,13 +13,13 @@ from typing import TypeVar
 
 from nrt.bus.errors import Unavailable
 from nrt.events import Event
+from nrt.hosting.control import Control
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.serving import Serving
+from nrt.hosting.tiers import Tiers
 from nrt.inference import ArtifactRegistry
 from nrt.manifest import ModelSpec
 from nrt.protocol import ControlCommand, ControlReply, PromoteModel, PromoteResult, WorkerHeartbeat
-from specialist_worker.control import Control
-from specialist_worker.hosting import ModelHost
-from specialist_worker.serving import Serving
-from specialist_worker.tiers import Tiers
 
 LLAMA = "catalogue://tiny-llama"
 PROMPT = "The quick brown fox"

@@ -7,8 +7,8 @@ from shell_fakes import LLAMA, Jobs, Subscribed, Unsubscribed
 
 from nrt.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, TierChanged
+from nrt.hosting.tiers import MAX_ERROR_CHARS, load_error
 from nrt.protocol import PromoteModel, PromoteResult
-from specialist_worker.tiers import MAX_ERROR_CHARS, load_error
 
 
 def steps(jobs: Jobs) -> list[tuple[str, str, str, str, bool]]:

@@ -11,9 +11,7 @@ from types import ModuleType
 import pytest
 
 from nrt.device import Device
-from nrt.inference import ArtifactRegistry
-from nrt.vocabulary import DeviceKind, Tier
-from specialist_worker.device_memory import (
+from nrt.hosting.device_memory import (
     NO_CUDA_PROVIDER,
     HostMemory,
     NvmlUnavailable,
@@ -22,9 +20,11 @@ from specialist_worker.device_memory import (
     memory_of,
     total_ram_bytes,
 )
-from specialist_worker.hosting import ModelHost
-from specialist_worker.resources import detect
-from specialist_worker.sources import LocalArtifact, resolve
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.model_sources import LocalArtifact, resolve
+from nrt.hosting.resources import detect
+from nrt.inference import ArtifactRegistry
+from nrt.vocabulary import DeviceKind, Tier
 
 MB = 1 << 20
 CPU_ONLY = ["CPUExecutionProvider"]

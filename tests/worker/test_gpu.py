@@ -10,13 +10,13 @@ import pytest
 from nats.aio.client import Client
 
 from nrt.events import TierChanged
+from nrt.hosting.device_memory import CudaMemory, detect_memory
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.model_sources import LocalArtifact, resolve
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.inference import ArtifactRegistry
 from nrt.vocabulary import DeviceKind, Tier
-from specialist_worker.device_memory import CudaMemory, detect_memory
-from specialist_worker.hosting import ModelHost
-from specialist_worker.resources import detect
-from specialist_worker.sources import LocalArtifact, resolve
-from specialist_worker.worker import Worker
 from worker_calls import control, events, generate
 
 pytestmark = pytest.mark.gpu

@@ -10,10 +10,10 @@ from shell_fakes import LLAMA, Jobs, Shell
 
 from nrt.device import Device
 from nrt.events import Event, TierChanged, WorkerJoined, WorkerLost
+from nrt.hosting.presence import Presence
+from nrt.hosting.resources import HostResources
 from nrt.protocol import HostedModel, WorkerHeartbeat
 from nrt.vocabulary import DeviceKind
-from specialist_worker.presence import Presence
-from specialist_worker.resources import HostResources
 
 CPU = Device(kind=DeviceKind.CPU, id="cpu", name="a test CPU", total_bytes=16 << 30)
 RESOURCES = HostResources(

@@ -18,12 +18,12 @@ from http_servers import hang_up_after_request, serve_app
 from shell_fakes import Jobs
 
 from nrt.bus.errors import RemoteError
+from nrt.hosting.remote.policy import RemotePolicy
+from nrt.hosting.remote.transport import RemoteClient
 from nrt.infra import free_port
 from nrt.manifest import ModelSpec, parse_manifest
 from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.vocabulary import Tier
-from specialist_worker.remote.policy import RemotePolicy
-from specialist_worker.remote.transport import RemoteClient
 
 KEY_ENV = "NRT_TEST_ANTHROPIC_KEY"
 KEY = "sk-ant-fixture-key"

@@ -13,9 +13,9 @@ from shell_fakes import LLAMA, PROMPT, Jobs
 
 from nrt.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.events import SessionOpened, SessionTouched, TierChanged
+from nrt.hosting import classify
 from nrt.inference import BatchingGenerator, CausalLM
 from nrt.protocol import ClassifyRequest, EmbedRequest, GenerateChunk, GenerateRequest, PromoteModel, SamplingParams
-from specialist_worker import classify
 
 
 def request(model_id: str, prompt: str = PROMPT, session_id: str | None = None, **params: object) -> GenerateRequest:

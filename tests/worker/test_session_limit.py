@@ -6,10 +6,10 @@ from __future__ import annotations
 from shell_fakes import LLAMA, PROMPT, Jobs
 
 from nrt.events import SessionKvEvicted, SessionOpened
+from nrt.hosting.model_host import session_key
 from nrt.inference import BatchingGenerator
 from nrt.manifest import ModelSpec, Role
 from nrt.protocol import GenerateChunk, GenerateRequest, SamplingParams
-from specialist_worker.hosting import session_key
 
 
 def turn(session_id: str, max_tokens: int = 3) -> GenerateRequest:

@@ -14,11 +14,11 @@ from nrt.bus import rpc, subjects
 from nrt.bus.broker import start_broker
 from nrt.bus.errors import RemoteError, Unavailable
 from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
+from nrt.hosting.resources import detect
+from nrt.hosting.worker import Worker
 from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
 from nrt.routing import examples_digest, intent_examples
 from nrt.vocabulary import DeviceKind
-from specialist_worker.resources import detect
-from specialist_worker.worker import Worker
 from worker_calls import control, events, generate
 
 LLAMA = "catalogue://tiny-llama"

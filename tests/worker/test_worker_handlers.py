@@ -18,8 +18,8 @@ from nrt.bus import broker as bus
 from nrt.bus import subjects
 from nrt.bus.errors import RemoteError
 from nrt.events import TierChanged
-from nrt.protocol import ControlCommand, ControlReply
-from nrt.service import Health, HealthQuery, ServiceContext, health_subject, serve_health
+from nrt.protocol import ControlCommand, ControlReply, Health, HealthQuery
+from nrt.service import ServiceContext, health_subject, serve_health
 from nrt.settings import Settings
 
 CONTROL = subjects.control("w-jobs")

@@ -30,6 +30,8 @@ from nrt.protocol import (
     CreateKey,
     EmbedReply,
     GatewayHeartbeat,
+    Health,
+    HealthQuery,
     InboxFrame,
     InferRequest,
     PromoteModel,
@@ -40,7 +42,6 @@ from nrt.protocol import (
     WhatIf,
     WorkerHeartbeat,
 )
-from nrt.service import Health, HealthQuery
 from nrt.state import ApiKey, ClusterState
 from nrt.state.stream import StreamSnapshot, StreamSnapshotQuery
 from nrt.whatif import WhatIfReport

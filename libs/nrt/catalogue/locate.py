@@ -1,6 +1,6 @@
 """Where a manifest ``source`` is on this machine, or why it cannot be used here; no weights are read.
 
-The one answer a worker loads from (``specialist_worker.sources``) and ``nrt manifest check``
+The one answer a worker loads from (``nrt.hosting.model_sources``) and ``nrt manifest check``
 checks with (``nrt.manifest_sources.unusable_sources``):
 
 * a remote source (``http(s)://.../v1``, ``anthropic://<model>``): its endpoint, nothing to find here;

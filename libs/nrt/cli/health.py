@@ -10,7 +10,8 @@ import click
 from nrt.bus import rpc
 from nrt.bus.connection import connect
 from nrt.cli.settings import cli_settings
-from nrt.service import Health, HealthQuery, health_subject
+from nrt.protocol import Health, HealthQuery
+from nrt.service import health_subject
 from nrt.stack import endpoints
 from nrt.stack.bus import cli_credentials
 

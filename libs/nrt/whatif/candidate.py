@@ -49,7 +49,7 @@ async def read_recorded(log: EventLog, since: datetime | None = None) -> Recorde
 
 
 def _offline_router(candidate: Manifest) -> Classify:
-    from specialist_worker.offline_router import offline_router  # ONNX Runtime, only when a router must run
+    from nrt.hosting.offline_router import offline_router  # ONNX Runtime, only when a router must run
 
     return offline_router(candidate)
 

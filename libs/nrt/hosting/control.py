@@ -12,11 +12,11 @@ import time
 
 from nrt.bus.errors import BadRequest, RemoteError
 from nrt.events import SessionKvEvicted
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.shell_ports import AskPromotion, EventSink
+from nrt.hosting.tiers import Tiers
 from nrt.protocol import ControlCommand, ControlReply, PromoteModel
 from nrt.vocabulary import Reason, Tier
-from specialist_worker.hosting import ModelHost
-from specialist_worker.ports import AskPromotion, EventSink
-from specialist_worker.tiers import Tiers
 
 log = logging.getLogger("nrt.worker")
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from nrt.bus.errors import RemoteError
 from nrt.events import TierChanged
+from nrt.hosting.model_host import ModelHost, Transition
+from nrt.hosting.model_sources import resolve
+from nrt.hosting.shell_ports import EventSink, Loaded, ModelSubjects, SpecLookup
 from nrt.metrics import WorkerMetrics
 from nrt.vocabulary import Reason, Tier
-from specialist_worker.hosting import ModelHost, Transition
-from specialist_worker.ports import EventSink, Loaded, ModelSubjects, SpecLookup
-from specialist_worker.sources import resolve
 
 MAX_ERROR_CHARS = 1000  # of a failed load's reason in its event: enough to act on, bounded
 

@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from nrt.hosting.model_host import Runtime
 from nrt.inference import CausalLM, Encoder
 from nrt.manifest import Manifest
 from nrt.protocol import Calibration, ClassifyRequest
@@ -35,7 +36,6 @@ from nrt.routing import (
 from nrt.routing.calibration import calibrate
 from nrt.routing.index import IntentIndex, build_index
 from nrt.routing.rules import score
-from specialist_worker.hosting import Runtime
 
 
 class RouterIndex(msgspec.Struct, frozen=True):

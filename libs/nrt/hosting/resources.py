@@ -8,9 +8,9 @@ import socket
 import msgspec
 
 from nrt.device import Device
+from nrt.hosting.device_memory import DeviceMemory, detect_memory, total_ram_bytes
 from nrt.inference.weights import CPU, CUDA
 from nrt.vocabulary import DeviceKind
-from specialist_worker.device_memory import DeviceMemory, detect_memory, total_ram_bytes
 
 
 class HostResources(msgspec.Struct, frozen=True, kw_only=True):

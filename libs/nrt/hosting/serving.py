@@ -19,6 +19,14 @@ import msgspec
 
 from nrt.bus.errors import BadRequest, RemoteError
 from nrt.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.hosting import classify
+from nrt.hosting.inflight import InFlight
+from nrt.hosting.model_host import ModelHost, session_key
+from nrt.hosting.model_sources import RemoteEndpoint
+from nrt.hosting.prompts import generation_request
+from nrt.hosting.remote import answer as remote
+from nrt.hosting.remote.transport import RemoteClient
+from nrt.hosting.shell_ports import EventSink, SpecLookup
 from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
 from nrt.manifest import Manifest
 from nrt.protocol import (
@@ -31,14 +39,6 @@ from nrt.protocol import (
     GenerateRequest,
 )
 from nrt.vocabulary import Reason, Tier
-from specialist_worker import classify
-from specialist_worker.hosting import ModelHost, session_key
-from specialist_worker.inflight import InFlight
-from specialist_worker.ports import EventSink, SpecLookup
-from specialist_worker.prompts import generation_request
-from specialist_worker.remote import answer as remote
-from specialist_worker.remote.transport import RemoteClient
-from specialist_worker.sources import RemoteEndpoint
 
 log = logging.getLogger("nrt.worker")
 

@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import httpx
 import msgspec
 
+from nrt.hosting.model_sources import RemoteEndpoint
+from nrt.hosting.remote import failures
+from nrt.hosting.remote.policy import RemotePolicy
 from nrt.retry import Backoff, retry
-from specialist_worker.remote import failures
-from specialist_worker.remote.policy import RemotePolicy
-from specialist_worker.sources import RemoteEndpoint
 
 log = logging.getLogger("nrt.worker.remote")
 

@@ -37,6 +37,15 @@ from nrt.bus.errors import DeadlineExceeded
 from nrt.bus.follow import EventFollower
 from nrt.bus.jetstream import EventPublisher
 from nrt.events import ManifestApplied
+from nrt.hosting.control import Control
+from nrt.hosting.device_memory import DeviceMemory, memory_of
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.presence import Presence
+from nrt.hosting.remote.policy import RemotePolicy
+from nrt.hosting.remote.transport import RemoteClient
+from nrt.hosting.resources import HostResources
+from nrt.hosting.serving import Serving
+from nrt.hosting.tiers import Tiers
 from nrt.inference import ArtifactRegistry
 from nrt.manifest import ModelSpec
 from nrt.metrics import WorkerMetrics
@@ -52,15 +61,6 @@ from nrt.protocol import (
     WorkerHeartbeat,
 )
 from nrt.vocabulary import Reason, WorkerRole
-from specialist_worker.control import Control
-from specialist_worker.device_memory import DeviceMemory, memory_of
-from specialist_worker.hosting import ModelHost
-from specialist_worker.presence import Presence
-from specialist_worker.remote.policy import RemotePolicy
-from specialist_worker.remote.transport import RemoteClient
-from specialist_worker.resources import HostResources
-from specialist_worker.serving import Serving
-from specialist_worker.tiers import Tiers
 
 log = logging.getLogger("nrt.worker")
 

@@ -16,11 +16,11 @@ import time
 import msgspec
 
 from nrt.events import Event, WorkerJoined, WorkerLost
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.resources import HostResources
+from nrt.hosting.shell_ports import Publisher, SendHeartbeat
 from nrt.protocol import HostedModel, WorkerHeartbeat
 from nrt.vocabulary import Reason, WorkerRole
-from specialist_worker.hosting import ModelHost
-from specialist_worker.ports import Publisher, SendHeartbeat
-from specialist_worker.resources import HostResources
 
 log = logging.getLogger("nrt.worker")
 

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from nrt.hosting.model_sources import RemoteEndpoint
+from nrt.hosting.remote import failures, sse
+from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
+from nrt.hosting.remote.transport import RemoteClient
 from nrt.protocol import FinishReason, Usage
-from specialist_worker.remote import failures, sse
-from specialist_worker.remote.call import Piece, RemoteCall, usage_of
-from specialist_worker.remote.transport import RemoteClient
-from specialist_worker.sources import RemoteEndpoint
 
 API_VERSION = "2023-06-01"
 

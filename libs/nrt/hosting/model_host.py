@@ -6,7 +6,7 @@ id that uses it. A runtime — a :class:`BatchingGenerator` for a causal LM or a
 :class:`Encoder` — is built per artifact once its session exists, and dropped with it.
 All methods are blocking (file reads, session builds): call them from a thread.
 
-What a resident holds is measured on the worker's device (:mod:`specialist_worker.device_memory`)
+What a resident holds is measured on the worker's device (:mod:`nrt.hosting.device_memory`)
 around its session's build: on a GPU, the device memory the session took (its weights there and
 ONNX Runtime's arena); on a CPU host, the RAM it added, on top of the weights held for standby.
 """
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nrt.bus.errors import BadRequest, Unavailable
+from nrt.hosting.device_memory import DeviceMemory, HostMemory
+from nrt.hosting.model_sources import LocalArtifact, RemoteEndpoint
+from nrt.hosting.session_table import SessionTable
 from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.inference.artifact import read_record
 from nrt.inference.weights import CUDA
 from nrt.metrics import ModelLoad
 from nrt.vocabulary import DeviceKind, Tier
-from specialist_worker.device_memory import DeviceMemory, HostMemory
-from specialist_worker.session_table import SessionTable
-from specialist_worker.sources import LocalArtifact, RemoteEndpoint
 
 log = logging.getLogger("nrt.worker")
 

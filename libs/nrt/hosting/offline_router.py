@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from nrt.hosting import classify
+from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.inference import CausalLM, Encoder
 from nrt.inference.artifact import read_record
 from nrt.inference.weights import build_session, load_weights
 from nrt.manifest import Manifest
 from nrt.protocol import ClassifyReply
 from nrt.routing import Decision, classify_request, decide, restrict
-from specialist_worker import classify
-from specialist_worker.sources import LocalArtifact, resolve
 
 OFFLINE_WORKER = "what-if"
 

@@ -22,7 +22,7 @@ import httpx
 import msgspec
 
 from nrt.bus.errors import RemoteError
-from specialist_worker.sources import RemoteEndpoint
+from nrt.hosting.model_sources import RemoteEndpoint
 
 DETAIL_CHARS = 300  # how much of an endpoint's error body a message quotes
 RATE_LIMIT_RETRY_AFTER_S = 1.0  # when a 429 says nothing about when to come back

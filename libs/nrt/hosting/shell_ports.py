@@ -1,4 +1,4 @@
-"""What the worker's jobs need from the shell around them; :mod:`specialist_worker.worker` provides it over NATS.
+"""What the worker's jobs need from the shell around them; :mod:`nrt.hosting.worker` provides it over NATS.
 
 The jobs (presence, tiers and control, serving) make no transport call of their own: they
 publish, send and ask through these, so a test can hand them fakes and the shell can change
