@@ -259,6 +259,7 @@ async def test_the_worker_reports_its_device_when_it_joins_and_in_each_heartbeat
         await beats.put(msgspec.json.decode(msg.data, type=WorkerHeartbeat))  # type: ignore[attr-defined]
 
     await nc.subscribe(subjects.WORKER_HEARTBEAT, cb=on_beat)
+    await nc.flush()  # the server has the subscription before the worker beats (another connection)
     await worker.heartbeat()
     beat = await asyncio.wait_for(beats.get(), 5)
     device = worker.host.memory.device  # what the worker measures its residents on
