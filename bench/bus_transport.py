@@ -7,7 +7,7 @@ message with its inbox as the reply subject; a router (another process) forwards
 worker subject with the same reply inbox; the worker streams ``tokens`` frames, the last
 one marked ``last``, to that inbox; the client waits for the last frame.
 
-- raw: nats-py ``publish`` / ``subscribe`` callbacks, as ``nrt.bus.rpc`` does;
+- raw: nats-py ``publish`` / ``subscribe`` callbacks, as ``nrt.adapters.bus.rpc`` does;
 - faststream: ``NatsBroker`` subscribers (msgspec models, the NRT middlewares) and
   ``broker.publish``, as the control plane does.
 
@@ -29,9 +29,9 @@ from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 
 from bench.common import report
-from nrt.bus.broker import FRAME, LAST, start_broker
-from nrt.bus.connection import connect
-from nrt.protocol import ChatMessage, GenerateChunk, RouteRequest
+from nrt.adapters.bus.broker import FRAME, LAST, start_broker
+from nrt.adapters.bus.connection import connect
+from nrt.core.protocol import ChatMessage, GenerateChunk, RouteRequest
 
 ROUTE = "bench.bus.{mode}.route"
 INFER = "bench.bus.{mode}.infer"
@@ -220,7 +220,7 @@ def print_comparison(p50: dict[tuple[str, int], float], tokens: int) -> bool:
             2,
         )
         fits = fits and fs / raw <= WITHIN_OF_RAW
-    verdict = "FastStream" if fits else "raw nats-py (nrt.bus.rpc)"
+    verdict = "FastStream" if fits else "raw nats-py (nrt.adapters.bus.rpc)"
     print(f"hot path transport: {verdict} for nrt.route and the token stream", flush=True)
     return fits
 

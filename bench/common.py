@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from nrt.infra import postgres_server
-from nrt.infra.pgurl import to_libpq, with_database
-from nrt.store import upgrade
+from nrt.adapters.infra.pgurl import to_libpq, with_database
+from nrt.adapters.store import upgrade
+from nrt.testing.servers import postgres_server
 
 
 @contextlib.contextmanager

@@ -17,11 +17,11 @@ import time
 import psycopg
 
 from bench.common import Timer, fresh_database, postgres, report
-from nrt.events import Event
-from nrt.infra.pgurl import to_libpq
-from nrt.state import fold
-from nrt.store import EventStore
-from nrt.store.event_store import _COPY_SQL
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.adapters.store.postgres import _COPY_SQL
+from nrt.core.events import Event
+from nrt.core.state import fold
 from nrt.testing.traffic import traffic
 
 

@@ -1,7 +1,7 @@
 """Gateway benchmark: routed requests through the whole stack against a bare Litestar -> NATS floor.
 
 1. NRT: the real stack as ``nrt up`` runs it: cluster_state, specialist_worker, router_svc and
-   api_gateway, each its own process under ``nrt.stack.supervisor``, on a small manifest whose
+   api_gateway, each its own process under ``nrt.entrypoints.stack.supervisor``, on a small manifest whose
    router and specialists are the catalogue's random 2-layer Llama (``catalogue://tiny-llama``,
    prepared in seconds the first time, then cached under NRT_HOME). Every request is routed
    (``model="router"``): gateway -> router_svc, which hosts the router model and classifies in its
@@ -78,13 +78,14 @@ from bench.gateway_client import (
     stream_routed,
 )
 from bench.gateway_floor import FLOOR_PATH, FLOOR_STREAM_PATH, PATH_FLOOR_PATH
-from nrt.bus import subjects
-from nrt.bus.jetstream import ensure_events_stream
-from nrt.catalogue import prepare
-from nrt.cli.up import SERVICES
-from nrt.infra import free_port, nats_server
-from nrt.infra.pgurl import to_libpq
-from nrt.stack.supervisor import Supervisor
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.catalogue import prepare
+from nrt.adapters.infra import free_port
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.entrypoints.cli.up import SERVICES
+from nrt.entrypoints.stack.supervisor import Supervisor
+from nrt.testing.servers import nats_server
 
 CONCURRENCY = (1, 16)
 NRT_PATH = "/v1/chat/completions"

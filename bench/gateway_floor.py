@@ -27,10 +27,10 @@ from litestar.response import Stream
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from nrt.bus.broker import DATA, FRAME, LAST
-from nrt.bus.connection import connect
-from nrt.service import run_loop
-from nrt.settings import Settings
+from nrt.adapters.bus.broker import DATA, FRAME, LAST
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.settings import Settings
+from nrt.entrypoints.service import run_loop
 
 ECHO_SUBJECT = "bench.gateway.echo"
 ECHO_STREAM_SUBJECT = "bench.gateway.echo-stream"

@@ -34,9 +34,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from nrt.catalogue import MODEL_FILE, load_record
-from nrt.catalogue.signature import read_signature
-from nrt.inference.artifact import LOGITS_TO_KEEP, read_hf_config
+from nrt.adapters.catalogue import MODEL_FILE, load_record
+from nrt.adapters.catalogue.signature import read_signature
+from nrt.adapters.inference.artifact import LOGITS_TO_KEEP, read_hf_config
 
 GENAI_CONFIG = "genai_config.json"
 

@@ -16,7 +16,7 @@ Then the cost of starting from a snapshot (``--sizes``): the log is grown to eac
 cluster_state's writer leaves it, at most ``snapshot_every_events`` behind), and at each size it
 times cluster_state's rebuild on restart (``cluster_state.snapshots.rebuild``: load the snapshot,
 fold the rest; a fresh store connection included) and ``nrt replay`` of the latest state
-(``nrt.cli.audit.replay_log``), best of ``--rounds``, with each size's time against the smallest
+(``nrt.entrypoints.cli.audit.replay_log``), best of ``--rounds``, with each size's time against the smallest
 size's (flat cost: near 1.0) and a full replay's rate at that size.
 
     python -m bench.replay [--events 1000000] [--slice 100000] [--batch 1000] [--page 10000] [--rounds 3]
@@ -38,12 +38,12 @@ import psycopg
 from bench.common import Timer, fresh_database, postgres, report
 from cluster_state import snapshots
 from cluster_state.controller import Controller, utc_now
-from nrt.cli.audit import replay_log
-from nrt.events import Event
-from nrt.infra.pgurl import to_libpq
-from nrt.policies import ControlState
-from nrt.state import ClusterState, evolve, snapshot
-from nrt.store import EventStore
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.core.events import Event
+from nrt.core.policies import ControlState
+from nrt.core.state import ClusterState, evolve, snapshot
+from nrt.entrypoints.cli.audit import replay_log
 from nrt.testing.traffic import traffic
 
 
@@ -78,7 +78,7 @@ async def _generate(url: str, n_events: int, batch: int) -> float:
 
 
 async def _replay(url: str, sizes: list[int], page: int) -> list[float]:
-    """Replay as ``nrt replay`` does (``nrt.cli.audit.replay_log``); seconds per slice."""
+    """Replay as ``nrt replay`` does (``nrt.entrypoints.cli.audit.replay_log``); seconds per slice."""
     store = EventStore.connect(url, pool_size=2)
     try:
         await store.head()  # open the pooled connection outside the timed part

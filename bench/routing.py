@@ -5,9 +5,9 @@ utterances each, 20 held-out test utterances per intent and 100 out-of-scope req
 a manifest: the router is the real MiniLM catalogue model (``catalogue://minilm-l6``) with the
 examples as its ``intents``, one specialist per intent, and a fallback. Every test utterance
 then goes through what the worker and router_svc do: the embedding of the request (one at a
-time, as requests arrive), a decision rule over the example index (``nrt.routing.rules``), the
-floor (``nrt.routing.calibration`` from the examples only; or a fixed 0.35; or none) and the
-manifest's dispatch rule (``nrt.routing.decide``).
+time, as requests arrive), a decision rule over the example index (``nrt.hosting.embeddings.rules``), the
+floor (``nrt.hosting.embeddings.calibration`` from the examples only; or a fixed 0.35; or none) and the
+manifest's dispatch rule (``nrt.core.routing.decide``).
 
 Per decision rule x threshold it prints in-scope accuracy (the request reached its intent's
 specialist), out-of-scope recall (an out-of-scope request reached the fallback), fallback
@@ -32,14 +32,14 @@ import msgspec
 import numpy as np
 import yaml
 
-from nrt.catalogue import prepare
-from nrt.inference import Encoder
-from nrt.manifest import Manifest, parse_manifest
-from nrt.protocol import Calibration
-from nrt.routing import decide, examples_digest, intent_examples, threshold_in_force
-from nrt.routing.calibration import calibrate
-from nrt.routing.index import FloatArray, IntentIndex, build_index
-from nrt.routing.rules import ROUTER_RULE, RULES, Rule, score
+from nrt.adapters.catalogue import prepare
+from nrt.adapters.inference import Encoder
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.protocol import Calibration
+from nrt.core.routing import decide, examples_digest, intent_examples, threshold_in_force
+from nrt.hosting.embeddings.calibration import calibrate
+from nrt.hosting.embeddings.index import FloatArray, IntentIndex, build_index
+from nrt.hosting.embeddings.rules import ROUTER_RULE, RULES, Rule, score
 
 DATA = Path(__file__).parent / "data" / "routing-assistant.yaml"
 ROUTER = "minilm-l6"

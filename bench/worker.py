@@ -1,6 +1,6 @@
 """Worker benchmark: the specialist worker over NATS against a floor and two peers, in one run.
 
-1. Floor: a bare ONNX Runtime greedy loop (``nrt.inference.bare_greedy``) over the same
+1. Floor: a bare ONNX Runtime greedy loop (``nrt.adapters.inference.bare_greedy``) over the same
    artifact: time to first token and decode tokens/s. The worker's figures are measured
    by a client over NATS (request published -> chunks received); target ratio >= 0.9.
 2. Aggregate decode throughput through the worker at 1, 4 and 8 concurrent requests
@@ -45,16 +45,16 @@ from bench.peers import (
     genai_model_dir,
     llama_cpp_available,
 )
-from nrt.bus import rpc, subjects
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import connect
-from nrt.bus.jetstream import ensure_events_stream
-from nrt.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
-from nrt.inference import active_provider, bare_greedy, build_session, load_weights
-from nrt.inference.causal import CausalLM
-from nrt.infra import nats_server
-from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
-from nrt.vocabulary import Reason, Tier
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
+from nrt.adapters.inference import active_provider, bare_greedy, build_session, load_weights
+from nrt.adapters.inference.causal import CausalLM
+from nrt.core.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
+from nrt.core.vocabulary import Reason, Tier
+from nrt.testing.servers import nats_server
 
 PROMPT = "The history of the city of Paris begins"
 ROUNDS = 5

@@ -7,13 +7,13 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from nrt.infra.pgurl import to_sqlalchemy
-from nrt.store.tables import metadata
+from nrt.adapters.infra.pgurl import to_sqlalchemy
+from nrt.adapters.store.tables import metadata
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or os.environ.get("NRT_DATABASE_URL")
 if not url:
-    raise SystemExit("no database URL: set NRT_DATABASE_URL or pass one to nrt.store.migrate.upgrade()")
+    raise SystemExit("no database URL: set NRT_DATABASE_URL or pass one to nrt.adapters.store.migrate.upgrade()")
 
 
 def run() -> None:

@@ -2,7 +2,7 @@
 
 NATS and PostgreSQL come from NRT_TEST_NATS_URL / NRT_TEST_DATABASE_URL when set, else
 from testcontainers when a Docker engine answers, else embedded servers on free ports
-(nrt.infra). Each test gets its own database, cloned from a migrated template, and a
+(nrt.adapters.infra). Each test gets its own database, cloned from a migrated template, and a
 NATS connection whose event stream starts empty.
 """
 
@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from nrt.bus import subjects
-from nrt.bus.auth import CONFIG_FILE, ensure_credentials
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import connect
-from nrt.bus.jetstream import ensure_events_stream
-from nrt.infra import nats_server, postgres_server
-from nrt.infra.embedded_nats import EmbeddedNats
-from nrt.infra.pgurl import to_libpq, with_database
-from nrt.store import EventStore, upgrade
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.auth import CONFIG_FILE, ensure_credentials
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.infra.embedded_nats import EmbeddedNats
+from nrt.adapters.infra.pgurl import to_libpq, with_database
+from nrt.adapters.store import EventStore, upgrade
+from nrt.testing.servers import nats_server, postgres_server
 from nrt.testing.stacks import link_tiny_models
 
 
@@ -57,7 +57,7 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def bus_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory of per-service nkey seeds and the server config for them (``nrt.bus.auth``)."""
+    """A directory of per-service nkey seeds and the server config for them (``nrt.adapters.bus.auth``)."""
     directory = tmp_path_factory.mktemp("bus")
     ensure_credentials(directory)
     return directory
@@ -169,8 +169,8 @@ def tiny_models_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
 @pytest.fixture(scope="session")
 def tiny_artifacts(tiny_models_root: Path) -> Path:
     """A models/ folder with tiny real artifacts: the catalogue's own ``tiny-llama``, prepared by
-    ``nrt.catalogue.prepare`` as a user's would be, and ``tiny-bert`` (an encoder; no catalogue entry)."""
-    from nrt.catalogue import prepare
+    ``nrt.adapters.catalogue.prepare`` as a user's would be, and ``tiny-bert`` (an encoder; no catalogue entry)."""
+    from nrt.adapters.catalogue import prepare
     from nrt.testing.tiny_models import build_tiny_bert, cached_build
 
     home = tiny_models_root / "catalogue-home"

@@ -6,10 +6,10 @@ import asyncio
 
 from nats.aio.client import Client
 
-from nrt.bus import rpc, subjects
-from nrt.events import AnyEvent, decode
+from nrt.adapters.bus import rpc, subjects
+from nrt.core.events import AnyEvent, decode
+from nrt.core.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.hosting.worker import Worker
-from nrt.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 
 
 async def control(nc: Client, worker: Worker | str, **fields: object) -> ControlReply:

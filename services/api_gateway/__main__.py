@@ -14,10 +14,10 @@ import uvicorn
 from api_gateway.app import create_app
 from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
-from nrt.metrics import serve_metrics
-from nrt.service import configure_logging, run_loop
-from nrt.settings import SettingsError
-from nrt.telemetry import setup_tracing
+from nrt.adapters.metrics import serve_metrics
+from nrt.adapters.settings import SettingsError
+from nrt.adapters.telemetry import setup_tracing
+from nrt.entrypoints.service import configure_logging, run_loop
 
 SERVICE = "api_gateway"
 
@@ -55,7 +55,7 @@ async def serve(settings: GatewaySettings) -> None:
     finally:
         if metrics is not None:
             metrics.close()
-    logging.getLogger("nrt.service").info("%s stopped", SERVICE)
+    logging.getLogger("nrt.entrypoints.service").info("%s stopped", SERVICE)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from api_gateway.errors import ApiError
-from nrt.bus.follow import EventFollower
-from nrt.events import AnyEvent, DrainCompleted, DrainStarted, ManifestApplied
-from nrt.manifest import Manifest, ManifestError
-from nrt.state import ClusterState
+from nrt.adapters.bus.follow import EventFollower
+from nrt.core.events import AnyEvent, DrainCompleted, DrainStarted, ManifestApplied
+from nrt.core.manifest import Manifest, ManifestError
+from nrt.core.state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import math
 from api_gateway.anthropic_types import BlockIn, MessagesRequest
 from api_gateway.errors import ApiError
 from api_gateway.validate import MAX_STOP, ChatCall, no_tools, session_from
-from nrt.protocol import ChatMessage, Role, SamplingParams
+from nrt.core.protocol import ChatMessage, Role, SamplingParams
 
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
 

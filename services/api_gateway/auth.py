@@ -19,8 +19,8 @@ from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
 from api_gateway.errors import ApiError
-from nrt.keys import allows, find_key, key_id_of, key_sha256
-from nrt.vocabulary import KeyScope
+from nrt.core.api_keys import allows, find_key, key_id_of, key_sha256
+from nrt.core.vocabulary import KeyScope
 
 if TYPE_CHECKING:
     from api_gateway.runtime import Runtime

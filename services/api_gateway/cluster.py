@@ -15,15 +15,15 @@ from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors, options_handler
 from api_gateway.runtime import Runtime
-from nrt.bus import subjects
-from nrt.bus.broker import call
-from nrt.bus.errors import RemoteError
-from nrt.manifest import Manifest, ManifestError, parse_manifest
-from nrt.manifest_sources import footprint_of
-from nrt.protocol import ApplyManifest, ApplyResult, StateQuery, WhatIf
-from nrt.routing import threshold_in_force
-from nrt.state import ClusterState
-from nrt.whatif import WhatIfReport
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.broker import call
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.manifest_sources import footprint_of
+from nrt.core.manifest import Manifest, ManifestError, parse_manifest
+from nrt.core.protocol import ApplyManifest, ApplyResult, StateQuery, WhatIf
+from nrt.core.routing import threshold_in_force
+from nrt.core.state import ClusterState
+from nrt.core.whatif import WhatIfReport
 
 log = logging.getLogger("api_gateway")
 
@@ -95,7 +95,7 @@ STATE_TIMEOUT = 2.0
     guards=[infer_key],
     summary="The folded cluster state, as cluster_state recorded it",
     description=(
-        "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
+        "cluster_state's fold of the PostgreSQL event log (`nrt.core.state.get`): what `nrt replay` computes. "
         "When cluster_state does not answer, the gateway's own fold of the control-plane events "
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
         f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). `api_keys` (hashes and usage) is "

@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import get
 
-from nrt.bus.contract import asyncapi
+from nrt.adapters.bus.contract import asyncapi
 
 
 @cache

@@ -17,7 +17,7 @@ from litestar.exceptions import (
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from api_gateway.openai_types import ErrorDetail, ErrorResponse
-from nrt.bus.errors import RemoteError
+from nrt.adapters.bus.errors import RemoteError
 
 log = logging.getLogger("api_gateway")
 

@@ -1,10 +1,10 @@
 """``GET /v1/events/stream``: the event log, live, as server-sent events (the dashboard's feed).
 
 Each request gets its own ordered, ephemeral JetStream consumer on the events stream (what the
-gateway's NATS permissions allow: ``nrt.bus.auth``), starting ``last`` messages back from the
+gateway's NATS permissions allow: ``nrt.adapters.bus.auth``), starting ``last`` messages back from the
 end of the stream, filtered by the server to the ``types`` asked for (every type by default).
 Each event is one SSE frame: ``id`` the stream sequence, ``event`` the type, ``data`` the
-event in its canonical JSON (``nrt.events.codec``). A comment line every ``KEEPALIVE_S``
+event in its canonical JSON (``nrt.core.events.codec``). A comment line every ``KEEPALIVE_S``
 seconds keeps proxies from closing a quiet stream. The stream ends when the client goes away,
 or when the gateway is stopping (``Runtime.closing``), so an open dashboard does not hold it up.
 
@@ -39,10 +39,10 @@ from api_gateway.auth import caller, infer_key
 from api_gateway.errors import ApiError
 from api_gateway.openapi_docs import KEYED, errors
 from api_gateway.runtime import Runtime
-from nrt.bus import subjects
-from nrt.bus.contract import EVENT_PUBLISHERS, event_subjects
-from nrt.bus.jetstream import message_version
-from nrt.events import AnyEvent, EventDecodeError, RequestAdmitted, decode, encode
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.contract import EVENT_PUBLISHERS, event_subjects
+from nrt.adapters.bus.jetstream import message_version
+from nrt.core.events import AnyEvent, EventDecodeError, RequestAdmitted, decode, encode
 
 log = logging.getLogger("api_gateway")
 

@@ -36,11 +36,11 @@ from nats.aio.subscription import Subscription
 
 from api_gateway.deadlines import next_frame_timeout
 from api_gateway.settings import GatewaySettings
-from nrt.bus import rpc, subjects, tracing
-from nrt.bus.errors import DeadlineExceeded, RemoteError, model_unavailable
-from nrt.protocol import Accepted, InboxFrame, RouteRequest
-from nrt.routing import serving_workers
-from nrt.state import ClusterState
+from nrt.adapters.bus import rpc, subjects, tracing
+from nrt.adapters.bus.errors import DeadlineExceeded, RemoteError, model_unavailable
+from nrt.core.protocol import Accepted, InboxFrame, RouteRequest
+from nrt.core.routing import serving_workers
+from nrt.core.state import ClusterState
 
 _frames: msgspec.json.Decoder[Any] = msgspec.json.Decoder(InboxFrame)
 _accepted = msgspec.json.Decoder(Accepted)
@@ -49,7 +49,7 @@ WORKER_LOST = "worker_lost"  # the error code of a request whose worker was lost
 WORKER_LOST_RETRY_AFTER_S = 2.0  # a lost worker's models are back once it restarts, or are placed elsewhere
 UNTAKEN_GRACE_S = 0.25  # a request sent this long before a worker is lost, and taken by none, may have gone to it
 BUS_LOST = "bus_lost"  # the error code of a request in flight when the gateway's NATS connection dropped
-BUS_RETRY_AFTER_S = 1.0  # the connection is tried again every second (nrt.bus.connection)
+BUS_RETRY_AFTER_S = 1.0  # the connection is tried again every second (nrt.adapters.bus.connection)
 
 
 def require_serving(state: ClusterState, model_id: str) -> None:

@@ -34,13 +34,13 @@ from api_gateway.exchange import BUS_LOST, WORKER_LOST, RouteExchange, require_s
 from api_gateway.runtime import Bus, Runtime
 from api_gateway.shaping import Transcript
 from api_gateway.validate import ChatCall, check_model
-from nrt.bus import rpc, subjects, tracing
-from nrt.bus.errors import RemoteError
-from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed
-from nrt.manifest import Manifest
-from nrt.metrics import DIRECT, UNROUTED, route_outcome
-from nrt.protocol import Cancel, InboxFrame, RouteRequest
-from nrt.routing import routing_text
+from nrt.adapters.bus import rpc, subjects, tracing
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.metrics import DIRECT, UNROUTED, route_outcome
+from nrt.core.events import RequestAdmitted, RequestCompleted, RequestFailed
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import Cancel, InboxFrame, RouteRequest
+from nrt.core.routing import routing_text
 
 tracer = trace.get_tracer("api_gateway")
 

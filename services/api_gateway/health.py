@@ -15,11 +15,11 @@ from litestar.openapi import ResponseSpec
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ModelFailure, Readiness
 from api_gateway.runtime import Runtime
-from nrt.bus.broker import call
-from nrt.bus.errors import RemoteError
-from nrt.protocol import Health, HealthQuery
-from nrt.routing.readiness import FailedModel, models_readiness
-from nrt.service import health_subject
+from nrt.adapters.bus.broker import call
+from nrt.adapters.bus.errors import RemoteError
+from nrt.core.protocol import Health, HealthQuery
+from nrt.core.routing.readiness import FailedModel, models_readiness
+from nrt.entrypoints.service import health_subject
 
 ROUTER_SERVICE = "router_svc"
 PROBE_TIMEOUT = 1.0

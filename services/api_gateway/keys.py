@@ -1,6 +1,6 @@
 """``/v1/keys`` (admin): make, list and revoke API keys.
 
-The gateway makes a new key and sends only its hash to cluster_state (``nrt.keys.create``),
+The gateway makes a new key and sends only its hash to cluster_state (``nrt.core.api_keys.create``),
 which records ``ApiKeyCreated``; the key is in the answer, this once. Each change answers
 once the gateway's own fold holds it, so a new key works, and a revoked one is refused,
 from the next request on.
@@ -20,13 +20,13 @@ from api_gateway.errors import ApiError
 from api_gateway.openai_types import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, KeyUsageInfo
 from api_gateway.openapi_docs import KEYED, errors, options_handler
 from api_gateway.runtime import Runtime
-from nrt.bus import subjects
-from nrt.bus.broker import call
-from nrt.bus.errors import RemoteError
-from nrt.keys import generate_key, key_sha256
-from nrt.protocol import CreateKey, RevokeKey, StateQuery
-from nrt.state import ApiKey, ClusterState
-from nrt.vocabulary import KeyScope
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.broker import call
+from nrt.adapters.bus.errors import RemoteError
+from nrt.core.api_keys import generate_key, key_sha256
+from nrt.core.protocol import CreateKey, RevokeKey, StateQuery
+from nrt.core.state import ApiKey, ClusterState
+from nrt.core.vocabulary import KeyScope
 
 KEYS_TIMEOUT = 10.0  # for cluster_state to record a change, and for this gateway to fold it
 

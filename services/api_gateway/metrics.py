@@ -1,6 +1,6 @@
 """``GET /metrics``: the gateway's Prometheus metrics, open like ``/healthz`` (no API key).
 
-The request figures (``nrt.metrics.GatewayMetrics``) are recorded by each admitted request
+The request figures (``nrt.adapters.metrics.GatewayMetrics``) are recorded by each admitted request
 (``api_gateway.completions``); bytes per worker and tier against the budgets are computed at
 each scrape from the gateway's fold of the control-plane events. The format follows the
 scraper's ``Accept`` header, as ``prometheus_client``'s own server does (text, or OpenMetrics).

@@ -238,7 +238,7 @@ class ManifestInfo(msgspec.Struct, kw_only=True):
 
 
 class ModelFailure(msgspec.Struct, kw_only=True):
-    """A model whose load failed on every live worker that could hold it (``nrt.routing.readiness``)."""
+    """A model whose load failed on every live worker that could hold it (``nrt.core.routing.readiness``)."""
 
     model: str
     required: bool  # a routed request can need it: not ready without it (``nrt up`` gives up)

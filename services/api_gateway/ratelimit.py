@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from nrt.state import ApiKey
+from nrt.core.state import ApiKey
 
 Limit = Literal["requests per second", "tokens per minute"]
 

@@ -23,18 +23,18 @@ from api_gateway.errors import ApiError
 from api_gateway.exchange import Inboxes, not_connected
 from api_gateway.ratelimit import RateLimiter
 from api_gateway.settings import GatewaySettings
-from nrt.bus import subjects
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import credentials_of
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import ensure_events_stream
-from nrt.bus.outbox import Outbox
-from nrt.events import CONTROL_PLANE, AnyEvent, WorkerLost
-from nrt.manifest import Manifest
-from nrt.metrics import ClusterCollector, GatewayMetrics
-from nrt.protocol import GatewayHeartbeat
-from nrt.state import ClusterState
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import credentials_of
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.bus.outbox import Outbox
+from nrt.adapters.metrics import ClusterCollector, GatewayMetrics
+from nrt.core.events import CONTROL_PLANE, AnyEvent, WorkerLost
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import GatewayHeartbeat
+from nrt.core.state import ClusterState
 
 log = logging.getLogger("api_gateway")
 
@@ -117,7 +117,7 @@ class Runtime:
 
     async def _heartbeats(self, broker: NatsBroker) -> None:
         """Say that this gateway is alive, every ``heartbeat_s``: cluster_state ends the requests of a gateway
-        that has stopped (``nrt.policies.owners``)."""
+        that has stopped (``nrt.core.policies.owners``)."""
         publisher = broker.publisher(subjects.GATEWAY_HEARTBEAT, schema=GatewayHeartbeat)
         while True:
             try:

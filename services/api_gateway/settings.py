@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nrt.settings import HeartbeatSettings
+from nrt.adapters.settings import HeartbeatSettings
 
 
 class GatewaySettings(HeartbeatSettings):

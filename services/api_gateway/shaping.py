@@ -29,7 +29,7 @@ from api_gateway.openai_types import (
     ToolCallDelta,
     Usage,
 )
-from nrt.protocol import Dispatch, FinishReason, GenerateChunk
+from nrt.core.protocol import Dispatch, FinishReason, GenerateChunk
 
 TOOL_NAME = "dispatch_to_specialist"
 SSE_DONE = b"data: [DONE]\n\n"

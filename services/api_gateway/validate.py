@@ -9,9 +9,9 @@ import msgspec
 
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest, MessageIn
-from nrt.manifest import Manifest
-from nrt.protocol import ChatMessage, Role, SamplingParams
-from nrt.routing import ModelCall, resolve_model
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import ChatMessage, Role, SamplingParams
+from nrt.core.routing import ModelCall, resolve_model
 
 SESSION_HEADER = "x-nrt-session"
 SESSION_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")  # the whole value (fullmatch)

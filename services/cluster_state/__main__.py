@@ -13,8 +13,8 @@ import sys
 
 from cluster_state.app import MANIFEST_ENV, run
 from cluster_state.settings import ClusterStateSettings
-from nrt.service import main
-from nrt.settings import SettingsError
+from nrt.adapters.settings import SettingsError
+from nrt.entrypoints.service import main
 
 
 def cli() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from cluster_state.service import ClusterStateService, ConfigurationError
 from cluster_state.settings import ClusterStateSettings
-from nrt.bus.jetstream import StreamLimits
-from nrt.service import ServiceContext
-from nrt.settings import env_name
+from nrt.adapters.bus.jetstream import StreamLimits
+from nrt.adapters.settings import env_name
+from nrt.entrypoints.service import ServiceContext
 
 MANIFEST_ENV = env_name(ClusterStateSettings, "manifest")
 

@@ -25,14 +25,15 @@ from datetime import UTC, datetime
 from faststream.nats import NatsBroker
 from msgspec.structs import replace
 
-from nrt.bus import broker as bus
-from nrt.bus import subjects
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import AnyEvent, Event
-from nrt.manifest import Manifest, ManifestError, parse_manifest
-from nrt.manifest_sources import footprint_of
-from nrt.policies import (
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.manifest_sources import footprint_of
+from nrt.core.eventlog import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
+from nrt.core.events import AnyEvent, Event
+from nrt.core.manifest import Manifest, ManifestError, parse_manifest
+from nrt.core.policies import (
     Command,
     Control,
     ControlState,
@@ -50,12 +51,11 @@ from nrt.policies import (
     settle,
     with_footprints,
 )
-from nrt.policies.bookkeeping import control_timeout
-from nrt.protocol import ControlReply, GatewayHeartbeat, WorkerHeartbeat
-from nrt.state import ClusterState
-from nrt.state.stream import StreamSnapshot
-from nrt.store import AppendResult, Checkpoint, DecisionLog, Decisions, RecordedEvent
-from nrt.vocabulary import Tier
+from nrt.core.policies.bookkeeping import control_timeout
+from nrt.core.protocol import ControlReply, GatewayHeartbeat, WorkerHeartbeat
+from nrt.core.state import ClusterState
+from nrt.core.state.stream import StreamSnapshot
+from nrt.core.vocabulary import Tier
 
 log = logging.getLogger("nrt.cluster_state")
 
@@ -193,7 +193,7 @@ class Controller:
         self._unechoed = dict.fromkeys(unpublished)
 
     async def stream_snapshot(self) -> StreamSnapshot:
-        """The fold placed on the events stream (``nrt.state.snapshot``), between two transactions: every
+        """The fold placed on the events stream (``nrt.core.state.snapshot``), between two transactions: every
         message up to ``sequence`` is in it, and so are the decisions the stream carries after it."""
         async with self._write_lock:
             return StreamSnapshot(

@@ -11,12 +11,12 @@ import logging
 from collections.abc import Callable
 
 from cluster_state.controller import Controller
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.events import ApiKeyCreated, ApiKeyRevoked
-from nrt.keys import bootstrap_event, key_id_of, live_admin_keys
-from nrt.protocol import CreateKey, RevokeKey
-from nrt.state import ApiKey, ClusterState
-from nrt.vocabulary import KeyScope
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.core.api_keys import bootstrap_event, key_id_of, live_admin_keys
+from nrt.core.events import ApiKeyCreated, ApiKeyRevoked
+from nrt.core.protocol import CreateKey, RevokeKey
+from nrt.core.state import ApiKey, ClusterState
+from nrt.core.vocabulary import KeyScope
 
 log = logging.getLogger("nrt.cluster_state")
 

@@ -13,10 +13,10 @@ import time
 
 from cluster_state.controller import Controller
 from cluster_state.swap import outcomes
-from nrt.bus.errors import RemoteError, Unavailable
-from nrt.policies import PromoteWanted
-from nrt.policies.placement import where
-from nrt.protocol import PromoteModel, PromoteResult
+from nrt.adapters.bus.errors import RemoteError, Unavailable
+from nrt.core.policies import PromoteWanted
+from nrt.core.policies.placement import where
+from nrt.core.protocol import PromoteModel, PromoteResult
 
 _REFUSAL_STATUS = {"unknown_model": 404, "not_placed": 503, "budget_exhausted": 503}
 

@@ -8,7 +8,7 @@ but before the ack redelivers events the store already holds, which it skips by 
 id. Either way the log gets every event once, in stream order.
 
 An event is recorded only if the subject it arrived on may carry its type: the server lets each
-service publish only under its own prefix (``nrt.events.<service>.<Type>``, ``nrt.bus.auth``), and
+service publish only under its own prefix (``nrt.core.events.<service>.<Type>``, ``nrt.adapters.bus.auth``), and
 the contract says which services may publish each type (``contract.EVENT_PUBLISHERS``). Anything
 else (a worker's ``ManifestApplied``, a subject naming one type and a body another) is rejected:
 never stored nor folded, counted in ``rejected``, logged, and acknowledged with its batch so that
@@ -46,13 +46,13 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from nrt.bus import subjects
-from nrt.bus.contract import may_carry
-from nrt.bus.jetstream import StreamLimits, ensure_events_stream, message_version
-from nrt.events import Event, EventDecodeError, decode
-from nrt.metrics import StateMetrics
-from nrt.retry import Backoff, OnRetry, Stopped, retry
-from nrt.store import AppendResult, Checkpoint, EventLog, RecordedEvent
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.contract import may_carry
+from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream, message_version
+from nrt.adapters.metrics import StateMetrics
+from nrt.adapters.retry import Backoff, OnRetry, Stopped, retry
+from nrt.core.eventlog import AppendResult, Checkpoint, EventLog, RecordedEvent
+from nrt.core.events import Event, EventDecodeError, decode
 
 log = logging.getLogger("nrt.cluster_state.recorder")
 

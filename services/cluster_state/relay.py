@@ -1,6 +1,6 @@
 """The outbox relay: publish cluster_state's recorded decisions to the event stream, then clear them.
 
-``Controller`` appends its decisions with an outbox row each (``nrt.store.decisions``). The relay
+``Controller`` appends its decisions with an outbox row each (``nrt.core.eventlog.decisions``). The relay
 sends the outbox in position order — the stored bytes, the event id as the message id, the
 stored schema version as the version header — waits for the stream's acknowledgements, and only
 then clears the rows. Killed before the publish, the rows wait for the next start; killed after
@@ -17,10 +17,10 @@ import logging
 
 from nats.aio.client import Client
 
-from nrt.bus.jetstream import event_subject
-from nrt.events import VERSION_HEADER
-from nrt.retry import Backoff, Stopped, retry
-from nrt.store import DecisionLog, OutboxEntry
+from nrt.adapters.bus.jetstream import event_subject
+from nrt.adapters.retry import Backoff, Stopped, retry
+from nrt.core.eventlog import DecisionLog, OutboxEntry
+from nrt.core.events import VERSION_HEADER
 
 log = logging.getLogger("nrt.cluster_state.relay")
 

@@ -7,7 +7,7 @@ the log holds, so they would never see a manifest. On start, once the recorder h
 up, cluster_state checks that the stream's last ``ManifestApplied`` is the one in force;
 when it is not, and the stream still holds its first message (a stream whose retention
 dropped its start is not behind: its followers start from cluster_state's snapshot,
-``nrt.state.stream``), it re-publishes from the log the events the current state is made of:
+``nrt.core.state.stream``), it re-publishes from the log the events the current state is made of:
 
 - the last ``ManifestApplied`` and any drain events after it (the manifest in force);
 - each live worker's last ``WorkerJoined``;
@@ -26,8 +26,9 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from nrt.bus import subjects
-from nrt.events import (
+from nrt.adapters.bus import subjects
+from nrt.core.eventlog import EventLog, RecordedEvent
+from nrt.core.events import (
     CONTROL_PLANE,
     ApiKeyCreated,
     ApiKeyRevoked,
@@ -42,8 +43,7 @@ from nrt.events import (
     WorkerJoined,
     decode,
 )
-from nrt.state import ClusterState, evolve
-from nrt.store import EventLog, RecordedEvent
+from nrt.core.state import ClusterState, evolve
 
 # the events that decide the manifest, the workers and the placements (nothing else changes them)
 STATE_TYPES = tuple(t.__name__ for t in CONTROL_PLANE)

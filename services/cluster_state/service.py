@@ -9,15 +9,15 @@ version 1. A bootstrap manifest that differs from the one the log holds is appli
 as a drained swap to the next version (``Swapper``), after the workers from before the start have
 beaten or been declared lost; the same manifest again records nothing. Then serve:
 
-- ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
-- ``nrt.state.snapshot``: that state placed on the events stream, for a follower that starts
-  where the stream's retention dropped its beginning (``nrt.state.stream``);
-- ``nrt.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
+- ``nrt.core.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
+- ``nrt.core.state.snapshot``: that state placed on the events stream, for a follower that starts
+  where the stream's retention dropped its beginning (``nrt.core.state.stream``);
+- ``nrt.core.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
-- ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.keys``); the
+- ``nrt.core.api_keys.create`` / ``nrt.core.api_keys.revoke``: API keys as events (``cluster_state.keys``); the
   keys given at start (``NRT_API_KEY``, ``NRT_ADMIN_KEY``) are recorded before the manifest;
 - heartbeats on ``nrt.workers.heartbeat`` and ``nrt.gateways.heartbeat``; a tick for liveness,
-  placement and the requests whose gateway is gone (``nrt.policies.owners``), a sweep for the
+  placement and the requests whose gateway is gone (``nrt.core.policies.owners``), a sweep for the
   session LRU.
 """
 
@@ -44,17 +44,19 @@ from cluster_state.relay import OutboxRelay
 from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper
 from cluster_state.whatif import dry_run
-from nrt.bus import broker as bus
-from nrt.bus import subjects
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher, StreamLimits
-from nrt.events import DrainCompleted, ManifestApplied
-from nrt.infra.pgurl import to_libpq
-from nrt.manifest import ManifestError
-from nrt.metrics import ClusterCollector, StateMetrics
-from nrt.policies import ControlState, Tuning
-from nrt.policies.liveness import unheard
-from nrt.protocol import (
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher, StreamLimits
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.metrics import ClusterCollector, StateMetrics
+from nrt.adapters.store import EventStore, upgrade
+from nrt.core.eventlog import RecordedEvent
+from nrt.core.events import DrainCompleted, ManifestApplied
+from nrt.core.manifest import ManifestError
+from nrt.core.policies import ControlState, Tuning
+from nrt.core.policies.liveness import unheard
+from nrt.core.protocol import (
     ApplyManifest,
     ApplyResult,
     CreateKey,
@@ -64,11 +66,10 @@ from nrt.protocol import (
     StateQuery,
     WhatIf,
 )
-from nrt.state import ApiKey, ClusterState
-from nrt.state.stream import StreamSnapshot, StreamSnapshotQuery
-from nrt.store import EventStore, RecordedEvent, upgrade
-from nrt.vocabulary import KeyScope
-from nrt.whatif import WhatIfReport
+from nrt.core.state import ApiKey, ClusterState
+from nrt.core.state.stream import StreamSnapshot, StreamSnapshotQuery
+from nrt.core.vocabulary import KeyScope
+from nrt.core.whatif import WhatIfReport
 
 log = logging.getLogger("nrt.cluster_state")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr
 
-from nrt.policies import Tuning
-from nrt.settings import EventsStreamSettings, HeartbeatSettings
-from nrt.vocabulary import KeyScope
+from nrt.adapters.settings import EventsStreamSettings, HeartbeatSettings
+from nrt.core.policies import Tuning
+from nrt.core.vocabulary import KeyScope
 
 
 class ClusterStateSettings(HeartbeatSettings, EventsStreamSettings):

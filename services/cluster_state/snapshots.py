@@ -1,6 +1,6 @@
 """cluster_state's snapshots: start from the latest one, and write new ones off the hot path.
 
-At start the controller takes the latest usable snapshot (``nrt.state.snapshot``) and folds
+At start the controller takes the latest usable snapshot (``nrt.core.state.snapshot``) and folds
 only the log after it. While serving, ``SnapshotWriter`` checks every ``check_s`` whether
 ``every_events`` events have been folded since the last snapshot, or ``every_s`` seconds have
 passed with any new event, and then stores the state the controller has folded (the state
@@ -16,8 +16,8 @@ import time
 from datetime import datetime
 
 from cluster_state.controller import Controller
-from nrt.state import snapshot
-from nrt.store import EventLog
+from nrt.core.eventlog import EventLog
+from nrt.core.state import snapshot
 
 log = logging.getLogger("nrt.cluster_state.snapshots")
 

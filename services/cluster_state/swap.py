@@ -1,4 +1,4 @@
-"""The drained manifest swap, served on ``nrt.manifest.apply``: the shell of ``nrt.policies.swap_machine``.
+"""The drained manifest swap, served on ``nrt.core.manifest.apply``: the shell of ``nrt.core.policies.swap_machine``.
 
 ApplyManifest -> parse (400 with every problem) -> ``start_swap`` -> run its commands, feed
 back how each group ran (``GroupRan``) and tick while waiting (``Tick``), until the swap is
@@ -13,10 +13,10 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from cluster_state.controller import Controller, Outcome, parse_in_force, utc_now
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.manifest import ManifestError
-from nrt.policies import GroupRan, Swap, SwapStep, SwapTrigger, Tick, advance_swap, start_swap
-from nrt.protocol import ApplyManifest, ApplyResult
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.core.manifest import ManifestError
+from nrt.core.policies import GroupRan, Swap, SwapStep, SwapTrigger, Tick, advance_swap, start_swap
+from nrt.core.protocol import ApplyManifest, ApplyResult
 
 log = logging.getLogger("nrt.cluster_state.swap")
 

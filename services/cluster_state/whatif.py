@@ -1,6 +1,6 @@
-"""``nrt.manifest.whatif``: a candidate manifest's what-if over the recorded requests, applying nothing.
+"""``nrt.core.manifest.whatif``: a candidate manifest's what-if over the recorded requests, applying nothing.
 
-The report ``nrt replay --what-if`` prints (``nrt.whatif``), from cluster_state's own log; the
+The report ``nrt replay --what-if`` prints (``nrt.core.whatif``), from cluster_state's own log; the
 candidate's router model runs here, off the event loop, only when it differs from the recorded one.
 """
 
@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.manifest import ManifestError
-from nrt.protocol import WhatIf
-from nrt.store import EventLog
-from nrt.whatif import WhatIfReport
-from nrt.whatif.candidate import parse_candidate, read_recorded, what_if
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.core.eventlog import EventLog
+from nrt.core.manifest import ManifestError
+from nrt.core.protocol import WhatIf
+from nrt.core.whatif import WhatIfReport
+from nrt.core.whatif.candidate import read_recorded
+from nrt.hosting.whatif_run import parse_candidate, what_if
 
 INVALID = 422
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nrt.service import main
+from nrt.entrypoints.service import main
 from router_svc.app import run
 
 if __name__ == "__main__":

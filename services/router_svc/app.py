@@ -15,16 +15,16 @@ import asyncio
 import socket
 import uuid
 
-from nrt.bus import subjects
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.follow import EventFollower
-from nrt.bus.outbox import Outbox
-from nrt.events import CONTROL_PLANE
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.outbox import Outbox
+from nrt.adapters.metrics import RouterMetrics
+from nrt.core.events import CONTROL_PLANE
+from nrt.core.vocabulary import WorkerRole
+from nrt.entrypoints.service import ServiceContext
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.metrics import RouterMetrics
-from nrt.service import ServiceContext
-from nrt.vocabulary import WorkerRole
 from router_svc.manifests import ManifestHistory
 from router_svc.relay import RouteServer
 from router_svc.router import Router

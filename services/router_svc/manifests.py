@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from nrt.bus.errors import Unavailable
-from nrt.bus.follow import EventFollower
-from nrt.events import AnyEvent, ManifestApplied
-from nrt.manifest import Manifest, ManifestError, parse_manifest
-from nrt.state import ClusterState
+from nrt.adapters.bus.errors import Unavailable
+from nrt.adapters.bus.follow import EventFollower
+from nrt.core.events import AnyEvent, ManifestApplied
+from nrt.core.manifest import Manifest, ManifestError, parse_manifest
+from nrt.core.state import ClusterState
 
 log = logging.getLogger("router_svc.manifests")
 

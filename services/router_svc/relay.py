@@ -20,10 +20,10 @@ from nats.aio.subscription import Subscription
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from nrt.bus import tracing
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.bus.rpc import StreamInbox
-from nrt.protocol import RouteRequest
+from nrt.adapters.bus import tracing
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.adapters.bus.rpc import StreamInbox
+from nrt.core.protocol import RouteRequest
 
 log = logging.getLogger("router_svc")
 tracer = trace.get_tracer("router_svc")

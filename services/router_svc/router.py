@@ -22,17 +22,17 @@ from nats.aio.client import Client
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from nrt.bus import rpc, subjects
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, model_unavailable
-from nrt.bus.rpc import StreamInbox
-from nrt.events import RequestRouted
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.errors import BadRequest, DeadlineExceeded, RemoteError, model_unavailable
+from nrt.adapters.bus.rpc import StreamInbox
+from nrt.adapters.metrics import RouterMetrics
+from nrt.core.events import RequestRouted
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
+from nrt.core.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
 from nrt.hosting.serving import CANNOT_GENERATE
 from nrt.hosting.worker import Worker, stream_answer
-from nrt.manifest import Manifest
-from nrt.metrics import RouterMetrics
-from nrt.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
-from nrt.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
 from router_svc.manifests import ManifestHistory
 from router_svc.settings import RouterSettings
 

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from nrt.settings import HeartbeatSettings
-from nrt.units import parse_size
+from nrt.adapters.settings import HeartbeatSettings
+from nrt.core.units import parse_size
 
 
 class RouterSettings(HeartbeatSettings):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from nrt.entrypoints.service import ServiceContext
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.service import ServiceContext
 from specialist_worker.settings import WorkerSettings
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from nrt.adapters.settings import HeartbeatSettings
+from nrt.core.units import parse_size
 from nrt.hosting.remote.policy import RemotePolicy
-from nrt.settings import HeartbeatSettings
-from nrt.units import parse_size
 
 
 class WorkerSettings(HeartbeatSettings):

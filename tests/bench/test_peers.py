@@ -14,10 +14,10 @@ import pytest
 from bench.peers import GENAI_CONFIG, GenaiPeer, best, genai_config, genai_model_dir
 from tokenizers import Tokenizer
 
-from nrt.catalogue import MODEL_FILE, PreparedArtifact, prepare
-from nrt.catalogue.signature import read_signature
-from nrt.inference import bare_greedy, build_session, load_weights
-from nrt.inference.artifact import LOGITS_TO_KEEP
+from nrt.adapters.catalogue import MODEL_FILE, PreparedArtifact, prepare
+from nrt.adapters.catalogue.signature import read_signature
+from nrt.adapters.inference import bare_greedy, build_session, load_weights
+from nrt.adapters.inference.artifact import LOGITS_TO_KEEP
 
 PROMPT = "The history of the city of Paris begins"
 

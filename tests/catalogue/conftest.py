@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nrt.catalogue import ROOT_PROVIDER, PreparedArtifact, prepare
+from nrt.adapters.catalogue import ROOT_PROVIDER, PreparedArtifact, prepare
 
 
 @pytest.fixture

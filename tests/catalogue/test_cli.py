@@ -5,9 +5,9 @@ from pathlib import Path
 import msgspec
 from click.testing import CliRunner
 
-from nrt.catalogue import PreparedArtifact
-from nrt.catalogue.record import ArtifactRecord
-from nrt.cli.main import cli
+from nrt.adapters.catalogue import PreparedArtifact
+from nrt.adapters.catalogue.record import ArtifactRecord
+from nrt.entrypoints.cli.main import cli
 
 
 def _run(*args: str) -> tuple[int, str]:

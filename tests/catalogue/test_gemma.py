@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from nrt.catalogue import prepare
-from nrt.catalogue.builders import gemma3
-from nrt.catalogue.greedy import empty_past, forward, greedy, open_session
-from nrt.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
-from nrt.inference import BatchingGenerator, CausalLM
+from nrt.adapters.catalogue import prepare
+from nrt.adapters.catalogue.builders import gemma3
+from nrt.adapters.catalogue.greedy import empty_past, forward, greedy, open_session
+from nrt.adapters.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
+from nrt.adapters.inference import BatchingGenerator, CausalLM
 
 
 @pytest.fixture(scope="module")

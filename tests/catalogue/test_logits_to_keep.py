@@ -8,11 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nrt.catalogue.builders.logits import add_logits_to_keep
-from nrt.catalogue.builders.quantize import quantize_int8_blockwise
-from nrt.inference import BatchingGenerator, CausalLM, GenerationRequest, bare_greedy, build_session, load_weights
-from nrt.inference.artifact import MODEL_FILE
-from nrt.inference.errors import ArtifactError
+from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
+from nrt.adapters.catalogue.builders.quantize import quantize_int8_blockwise
+from nrt.adapters.inference import (
+    BatchingGenerator,
+    CausalLM,
+    GenerationRequest,
+    bare_greedy,
+    build_session,
+    load_weights,
+)
+from nrt.adapters.inference.artifact import MODEL_FILE
+from nrt.adapters.inference.errors import ArtifactError
 from nrt.testing.tiny_models import build_tiny_llama
 
 PROMPT = "The history of the city of Paris begins"

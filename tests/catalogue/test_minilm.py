@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
-from nrt.catalogue import load_record, prepare, verify
-from nrt.catalogue.builders.minilm import mean_pool_normalize
+from nrt.adapters.catalogue import load_record, prepare, verify
+from nrt.adapters.catalogue.builders.minilm import mean_pool_normalize
 
 
 @pytest.fixture(scope="module")

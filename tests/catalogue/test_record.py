@@ -6,8 +6,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from nrt.catalogue import RECORD_FILE, ArtifactRecord, RecordError, load_record, save_record, verify
-from nrt.catalogue.record import decode_record, encode_record, with_files
+from nrt.adapters.catalogue import RECORD_FILE, ArtifactRecord, RecordError, load_record, save_record, verify
+from nrt.adapters.catalogue.record import decode_record, encode_record, with_files
 
 
 def _causal(**overrides: object) -> ArtifactRecord:

@@ -4,7 +4,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from nrt.catalogue import (
+from nrt.adapters.catalogue import (
     AnthropicSource,
     CatalogueSource,
     LocalSource,

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
-from nrt.catalogue import (
+from nrt.adapters.catalogue import (
     CONFIG_FILE,
     MODEL_FILE,
     RECORD_FILE,
@@ -35,8 +35,8 @@ from nrt.catalogue import (
     status,
     verify,
 )
-from nrt.catalogue.greedy import empty_past, forward, greedy, open_session
-from nrt.catalogue.record import ArtifactRecord
+from nrt.adapters.catalogue.greedy import empty_past, forward, greedy, open_session
+from nrt.adapters.catalogue.record import ArtifactRecord
 
 
 def test_artifact_layout_and_record(tiny_llama: PreparedArtifact) -> None:

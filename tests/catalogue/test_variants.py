@@ -3,7 +3,7 @@
 The CUDA variant is built offline on this CPU host and checked here with CPU onnxruntime,
 which runs float16 matmuls too: its structure (fp16 weight matrices, fp32 activations,
 key/values and logits, the root's input and output names) and its greedy tokens against the fp32 root, within
-the documented tolerance (:data:`nrt.catalogue.builders.fp16.LOGIT_TOLERANCE`).
+the documented tolerance (:data:`nrt.adapters.catalogue.builders.fp16.LOGIT_TOLERANCE`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 
-from nrt.catalogue import (
+from nrt.adapters.catalogue import (
     CONFIG_FILE,
     MODEL_FILE,
     RECORD_FILE,
@@ -38,11 +38,11 @@ from nrt.catalogue import (
     variant_path,
     verify,
 )
-from nrt.catalogue.builders.fp16 import LOGIT_TOLERANCE, logit_error
-from nrt.catalogue.greedy import empty_past, forward, greedy, open_session
-from nrt.cli.main import cli
+from nrt.adapters.catalogue.builders.fp16 import LOGIT_TOLERANCE, logit_error
+from nrt.adapters.catalogue.greedy import empty_past, forward, greedy, open_session
+from nrt.adapters.inference import bare_greedy, build_session, load_weights
+from nrt.entrypoints.cli.main import cli
 from nrt.hosting.model_sources import LocalArtifact, resolve
-from nrt.inference import bare_greedy, build_session, load_weights
 
 PROMPTS = ("Hello, tiny llama!", "The quick brown fox", "Goodbye", "a")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from nrt.events import Event, ManifestApplied, ModelPlaced, RequestRouted, RouterFired, TierChanged, WorkerJoined
-from nrt.manifest import Manifest, parse_manifest
-from nrt.policies import ControlState, Tuning, absorb, saw_heartbeat
-from nrt.protocol import WorkerHeartbeat
-from nrt.vocabulary import WorkerRole
+from nrt.core.events import Event, ManifestApplied, ModelPlaced, RequestRouted, RouterFired, TierChanged, WorkerJoined
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.policies import ControlState, Tuning, absorb, saw_heartbeat
+from nrt.core.protocol import WorkerHeartbeat
+from nrt.core.vocabulary import WorkerRole
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 GB = 10**9

@@ -14,9 +14,9 @@ from state_services import OnOneWorker, StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, placed_as
 
 from cluster_state.service import ClusterStateService
-from nrt.bus.jetstream import StreamLimits
-from nrt.policies import Tuning
-from nrt.vocabulary import KeyScope, WorkerRole
+from nrt.adapters.bus.jetstream import StreamLimits
+from nrt.core.policies import Tuning
+from nrt.core.vocabulary import KeyScope, WorkerRole
 
 
 @pytest.fixture

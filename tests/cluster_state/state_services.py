@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from faststream.nats import NatsBroker
 
 from cluster_state.service import ClusterStateService
-from nrt.bus.broker import start_broker
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.store import EventStore
+from nrt.core.vocabulary import WorkerRole
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.store import EventStore
-from nrt.vocabulary import WorkerRole
 
 StartService = Callable[..., Awaitable[ClusterStateService]]
 OnOneWorker = Callable[[str], Awaitable[ClusterStateService]]

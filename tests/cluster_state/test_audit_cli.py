@@ -11,10 +11,10 @@ from datetime import timedelta
 import msgspec
 import psycopg
 
-from nrt.events import Event
-from nrt.infra.pgurl import to_libpq
-from nrt.state import ClusterState, fold
-from nrt.store import EventStore
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.core.events import Event
+from nrt.core.state import ClusterState, fold
 from nrt.testing.cli import nrt_cli as _nrt
 from nrt.testing.traffic import START, traffic
 

@@ -1,7 +1,7 @@
 """cluster_state's handlers on FastStream's in-memory broker (TestNatsBroker): no NATS, no PostgreSQL.
 
 The promote handler and the heartbeat subscriber are served exactly as the service serves
-them (``nrt.bus.broker.serve``); a fake worker answers the control commands the policies
+them (``nrt.adapters.bus.broker.serve``); a fake worker answers the control commands the policies
 send, so what crosses the bus is checked message by message. The real-server tests of the
 same paths are in test_with_worker.py.
 """
@@ -18,12 +18,13 @@ from faststream.nats import NatsBroker, TestNatsBroker
 from cluster_state.controller import Controller
 from cluster_state.promotion import promote
 from cluster_state.swap import Swapper
-from nrt.bus import broker as bus
-from nrt.bus import subjects
-from nrt.bus.errors import RemoteError
-from nrt.events import Event, TierChanged
-from nrt.policies import ControlState
-from nrt.protocol import (
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.store import InMemoryEventStore
+from nrt.core.events import Event, TierChanged
+from nrt.core.policies import ControlState
+from nrt.core.protocol import (
     ApplyManifest,
     ApplyResult,
     ControlCommand,
@@ -32,9 +33,8 @@ from nrt.protocol import (
     PromoteResult,
     StateQuery,
 )
-from nrt.state import ClusterState
-from nrt.store import InMemoryEventStore
-from nrt.vocabulary import Tier, WorkerRole
+from nrt.core.state import ClusterState
+from nrt.core.vocabulary import Tier, WorkerRole
 
 
 class Published:

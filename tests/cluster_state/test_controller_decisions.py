@@ -10,12 +10,13 @@ from cluster_helpers import applied, joined, manifest, view
 from faststream.nats import NatsBroker, TestNatsBroker
 
 from cluster_state.controller import Controller, split_decisions
-from nrt.bus import broker as bus
-from nrt.events import Event, ModelPlaced
-from nrt.policies import Control, Emit
-from nrt.protocol import ControlCommand
-from nrt.store import Checkpoint, Decide, DecidedAppend, Decisions, InMemoryEventStore, RecordedEvent
-from nrt.vocabulary import Reason, Tier
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.store import InMemoryEventStore
+from nrt.core.eventlog import Checkpoint, Decide, DecidedAppend, Decisions, RecordedEvent
+from nrt.core.events import Event, ModelPlaced
+from nrt.core.policies import Control, Emit
+from nrt.core.protocol import ControlCommand
+from nrt.core.vocabulary import Reason, Tier
 
 
 class NoPublisher:

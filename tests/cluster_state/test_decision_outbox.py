@@ -24,9 +24,9 @@ from nats.aio.client import Client
 from state_services import StartService
 
 from cluster_state.relay import OutboxRelay
-from nrt.bus import subjects
-from nrt.infra.pgurl import to_libpq
-from nrt.store import EventStore
+from nrt.adapters.bus import subjects
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
 
 
 async def _heartbeats(nc: Client, worker_id: str) -> None:
@@ -55,7 +55,7 @@ async def _in_stream(nc: Client) -> Counter[str]:
         return counts
     for sequence in range(info.state.first_seq, info.state.last_seq + 1):
         msg = await js.get_msg(subjects.EVENTS_STREAM, sequence)
-        if msg.subject is not None and msg.subject.startswith("nrt.events.cluster_state."):
+        if msg.subject is not None and msg.subject.startswith("nrt.core.events.cluster_state."):
             counts[(msg.headers or {})["Nats-Msg-Id"]] += 1
     return counts
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from cluster_helpers import GB, T0, applied, at, beat, manifest, manifest_text, view
 
-import nrt.policies
-import nrt.state
-from nrt.events import EVENT_TYPES, Event, ManifestApplied, ModelPlaced, WorkerJoined, derived_event_id
-from nrt.manifest import Manifest, parse_manifest
-from nrt.policies import (
+import nrt.core.policies
+import nrt.core.state
+from nrt.core.events import EVENT_TYPES, Event, ManifestApplied, ModelPlaced, WorkerJoined, derived_event_id
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.policies import (
     Command,
     ControlState,
     Emit,
@@ -145,7 +145,7 @@ def test_no_policy_or_fold_reads_a_clock_or_draws_an_id() -> None:
     forbidden = {"uuid4", "new_event_id", "utc_now", "now", "time", "monotonic", "perf_counter", "random"}
     sources = [
         path
-        for package in (nrt.policies, nrt.state)
+        for package in (nrt.core.policies, nrt.core.state)
         for path in sorted(Path(next(iter(package.__path__))).glob("*.py"))
     ]
     assert len(sources) > 10

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from cluster_helpers import GB, T0, applied, at, joined, manifest_text, placed, router_host, view
 
-from nrt.device import Device
-from nrt.events import WorkerJoined
-from nrt.manifest import DeviceRequirement, Manifest, parse_manifest
-from nrt.policies import Control, Emit, Refuse, SwapRejected, Tick, check_fit, decide, plan_swap, saw_heartbeat
-from nrt.protocol import WorkerHeartbeat
-from nrt.vocabulary import DeviceKind, WorkerRole
+from nrt.core.device import Device
+from nrt.core.events import WorkerJoined
+from nrt.core.manifest import DeviceRequirement, Manifest, parse_manifest
+from nrt.core.policies import Control, Emit, Refuse, SwapRejected, Tick, check_fit, decide, plan_swap, saw_heartbeat
+from nrt.core.protocol import WorkerHeartbeat
+from nrt.core.vocabulary import DeviceKind, WorkerRole
 
 H100 = Device(kind=DeviceKind.CUDA, id="GPU-5f1c", name="NVIDIA H100 80GB HBM3", total_bytes=80 * GB)
 

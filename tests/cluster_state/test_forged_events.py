@@ -23,14 +23,14 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NotFoundError
 
 from cluster_state.service import ClusterStateService
-from nrt.bus import subjects
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import connect, reconnecting
-from nrt.bus.credentials import BusCredentials
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher, ensure_events_stream
-from nrt.events import ManifestApplied, WorkerJoined, encode
-from nrt.store import EventStore
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import connect, reconnecting
+from nrt.adapters.bus.credentials import BusCredentials
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher, ensure_events_stream
+from nrt.adapters.store import EventStore
+from nrt.core.events import ManifestApplied, WorkerJoined, encode
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ async def test_a_forged_manifest_reaches_neither_the_log_nor_a_fold(
         assert service.recorder.rejected == 1
         assert any(
             "rejected ManifestApplied" in r.getMessage()
-            and "nrt.events.specialist_worker.ManifestApplied" in r.getMessage()
+            and "nrt.core.events.specialist_worker.ManifestApplied" in r.getMessage()
             for r in caplog.records
         )
         assert service.controller.cluster.manifest_version == 1

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from state_services import OnOneWorker, StartService
 from worker_helpers import FAST, tiers, worker_manifest
 
-from nrt.events import DrainCompleted, ManifestApplied
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
+from nrt.core.events import DrainCompleted, ManifestApplied
 
 
 async def manifests_applied(store: EventStore) -> list[tuple[int, str]]:

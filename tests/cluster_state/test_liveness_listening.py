@@ -6,7 +6,7 @@ from __future__ import annotations
 from cluster_helpers import DEFAULT_TUNING, at, joined, view
 from msgspec.structs import replace
 
-from nrt.policies import liveness
+from nrt.core.policies import liveness
 
 
 def test_a_worker_silent_while_nobody_listened_is_not_lost_until_it_misses_beats_after() -> None:

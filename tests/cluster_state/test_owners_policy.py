@@ -7,14 +7,14 @@ from cluster_helpers import T0, at, joined, manifest, view
 from msgspec.structs import replace
 from test_swap_machine import FAST_DRAIN, LEGAL, also, emitted, running_v1, v2
 
-from nrt.events import DrainStarted, Event, RequestAdmitted, RequestCompleted, RequestFailed, WorkerLost
-from nrt.manifest import parse_manifest
-from nrt.policies import ControlState, SwapPhase, Tick, advance_swap, decide, saw_gateway, start_swap
-from nrt.policies.liveness import unheard
-from nrt.policies.owners import OWNER_LOST, end_orphans, held_under, orphaned
-from nrt.protocol import GatewayHeartbeat
-from nrt.state import fold
-from nrt.vocabulary import DrainOutcome, Reason
+from nrt.core.events import DrainStarted, Event, RequestAdmitted, RequestCompleted, RequestFailed, WorkerLost
+from nrt.core.manifest import parse_manifest
+from nrt.core.policies import ControlState, SwapPhase, Tick, advance_swap, decide, saw_gateway, start_swap
+from nrt.core.policies.liveness import unheard
+from nrt.core.policies.owners import OWNER_LOST, end_orphans, held_under, orphaned
+from nrt.core.protocol import GatewayHeartbeat
+from nrt.core.state import fold
+from nrt.core.vocabulary import DrainOutcome, Reason
 
 LOST_AFTER_S = 6.0  # the default tuning: 2 s heartbeats, 3 missed
 

@@ -22,9 +22,9 @@ from cluster_helpers import (
     view,
 )
 
-from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerLost
-from nrt.manifest import ManifestError, parse_manifest
-from nrt.policies import (
+from nrt.core.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerLost
+from nrt.core.manifest import ManifestError, parse_manifest
+from nrt.core.policies import (
     Control,
     Emit,
     PromoteWanted,
@@ -122,7 +122,7 @@ def _used(model_id: str, seconds: float) -> list:
 
 
 def _completed(model_id: str, when):
-    from nrt.events import RequestCompleted
+    from nrt.core.events import RequestCompleted
 
     return [
         RequestCompleted(
@@ -325,7 +325,7 @@ def test_a_silent_worker_is_lost_and_its_models_are_placed_on_the_others() -> No
     lost = [c.event for c in commands if isinstance(c, Emit)]
     assert [(e.type, e.worker_id, e.reason) for e in lost] == [("WorkerLost", "w2", "heartbeat_timeout")]
     # once the log has the WorkerLost, its models go to w1
-    from nrt.policies import absorb
+    from nrt.core.policies import absorb
 
     state = absorb(note_sent(state, commands, at(7)), lost[0], at(7))
     assert state.cluster.workers["w2"].alive is False
@@ -429,7 +429,7 @@ def test_nothing_is_placed_without_live_workers() -> None:
 
 
 def test_session_kv_counts_against_the_resident_budget_until_evicted() -> None:
-    from nrt.policies.budget import holdings, tier_total
+    from nrt.core.policies.budget import holdings, tier_total
 
     m = manifest()
     kv = 300 * 10**6

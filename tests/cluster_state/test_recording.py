@@ -13,13 +13,13 @@ from cluster_helpers import manifest_text
 from nats.aio.client import Client
 from state_services import StartService, until_head
 
-from nrt.bus import rpc, subjects
-from nrt.bus.jetstream import EventPublisher
-from nrt.cli.main import cli
-from nrt.events import Event, ManifestApplied
-from nrt.protocol import StateQuery
-from nrt.state import ClusterState, fold
-from nrt.store import EventStore
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.store import EventStore
+from nrt.core.events import Event, ManifestApplied
+from nrt.core.protocol import StateQuery
+from nrt.core.state import ClusterState, fold
+from nrt.entrypoints.cli.main import cli
 from nrt.testing.traffic import traffic
 
 

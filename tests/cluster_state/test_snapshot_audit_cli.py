@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 import psycopg
 
-from nrt.cli.audit import Replay
-from nrt.events import Event
-from nrt.infra.pgurl import to_libpq
-from nrt.state import fold
-from nrt.state.snapshot import FOLD_VERSION, encode_state, save
-from nrt.store import EventStore
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.core.events import Event
+from nrt.core.state import fold
+from nrt.core.state.snapshot import FOLD_VERSION, encode_state, save
+from nrt.entrypoints.cli.audit import Replay
 from nrt.testing.cli import nrt_cli as _nrt
 from nrt.testing.traffic import traffic
 

@@ -11,11 +11,11 @@ from cluster_helpers import manifest_text
 from nats.aio.client import Client
 from state_services import StartService, until_head
 
-from nrt.bus.jetstream import EventPublisher
-from nrt.policies import Tuning
-from nrt.state import fold
-from nrt.state.snapshot import FOLD_VERSION
-from nrt.store import EventStore
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.store import EventStore
+from nrt.core.policies import Tuning
+from nrt.core.state import fold
+from nrt.core.state.snapshot import FOLD_VERSION
 from nrt.testing.traffic import traffic
 
 QUIET = Tuning(heartbeat_s=60.0)  # w1 of the traffic never heartbeats: keep it alive for the test's length

@@ -11,9 +11,9 @@ from datetime import datetime
 
 from cluster_helpers import T0, applied, at, beat, joined, manifest, placed, router_host, view
 
-from nrt.events import TierChanged
-from nrt.manifest import Manifest
-from nrt.policies import (
+from nrt.core.events import TierChanged
+from nrt.core.manifest import Manifest
+from nrt.core.policies import (
     Command,
     Control,
     ControlState,
@@ -26,8 +26,8 @@ from nrt.policies import (
     saw_heartbeat,
     settle,
 )
-from nrt.policies.stalls import NO_PROGRESS
-from nrt.vocabulary import Reason, Tier, WorkerRole
+from nrt.core.policies.stalls import NO_PROGRESS
+from nrt.core.vocabulary import Reason, Tier, WorkerRole
 
 
 def _all_but_billing(m: Manifest) -> ControlState:

@@ -17,17 +17,17 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 from state_services import StartService, until_head
 
-from nrt.bus import subjects
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher, ensure_events_stream
-from nrt.events import ApiKeyRevoked, Event, RouterCalibrated, WorkerLost
-from nrt.keys import key_id_of, key_sha256
-from nrt.policies import Tuning
-from nrt.routing import serving_workers
-from nrt.state import ClusterState, fold
-from nrt.store import EventStore
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher, ensure_events_stream
+from nrt.adapters.store import EventStore
+from nrt.core.api_keys import key_id_of, key_sha256
+from nrt.core.events import ApiKeyRevoked, Event, RouterCalibrated, WorkerLost
+from nrt.core.policies import Tuning
+from nrt.core.routing import serving_workers
+from nrt.core.state import ClusterState, fold
+from nrt.core.vocabulary import KeyScope
 from nrt.testing.traffic import traffic
-from nrt.vocabulary import KeyScope
 
 KEYS = {KeyScope.INFER: "an-infer-key-for-the-log", KeyScope.ADMIN: "an-admin-key-for-the-log"}
 QUIET = Tuning(heartbeat_s=60.0)  # w1 of the traffic never heartbeats: keep it alive for the test's length

@@ -21,11 +21,12 @@ from state_services import StartService
 from cluster_state.keys import create_key
 from cluster_state.relay import OutboxRelay
 from cluster_state.service import ClusterStateService
-from nrt.bus import subjects
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher, StreamLimits
-from nrt.cli.audit import replay_log
-from nrt.events import (
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher, StreamLimits
+from nrt.adapters.store import EventStore
+from nrt.core.eventlog import AppendResult, Checkpoint
+from nrt.core.events import (
     CONTROL_PLANE,
     Event,
     RequestAdmitted,
@@ -36,13 +37,13 @@ from nrt.events import (
     SessionOpened,
     SessionTouched,
 )
-from nrt.policies import Tuning
-from nrt.protocol import CreateKey
-from nrt.state import ClusterState, fold
-from nrt.state.stream import control_plane
-from nrt.store import AppendResult, Checkpoint, EventStore
+from nrt.core.policies import Tuning
+from nrt.core.protocol import CreateKey
+from nrt.core.state import ClusterState, fold
+from nrt.core.state.stream import control_plane
+from nrt.core.vocabulary import KeyScope
+from nrt.entrypoints.cli.audit import replay_log
 from nrt.testing.traffic import traffic
-from nrt.vocabulary import KeyScope
 
 KEYS = {KeyScope.INFER: "an-infer-key-kept-by-the-log", KeyScope.ADMIN: "an-admin-key-kept-by-the-log"}
 QUIET = Tuning(heartbeat_s=60.0)

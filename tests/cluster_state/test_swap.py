@@ -1,4 +1,4 @@
-"""Drained manifest swaps on nrt.manifest.apply, with the real worker hosting the models.
+"""Drained manifest swaps on nrt.core.manifest.apply, with the real worker hosting the models.
 
 The in-flight request's RequestAdmitted / RequestCompleted are published by the test, as
 the gateway would; the models are loaded, served and unloaded by the real worker.
@@ -15,10 +15,12 @@ from nats.aio.client import Client
 from state_services import OnOneWorker, Workers
 from worker_helpers import ALL_PLACED, generate, tiers, worker_manifest
 
-from nrt.bus import rpc, subjects
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import (
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.store import EventStore
+from nrt.core.eventlog import RecordedEvent
+from nrt.core.events import (
     DrainCompleted,
     DrainStarted,
     ManifestApplied,
@@ -28,8 +30,7 @@ from nrt.events import (
     RequestFailed,
     TierChanged,
 )
-from nrt.protocol import ApplyManifest, ApplyResult, GatewayHeartbeat
-from nrt.store import EventStore, RecordedEvent
+from nrt.core.protocol import ApplyManifest, ApplyResult, GatewayHeartbeat
 
 
 def admitted(request_id: str, version: int = 1, gateway_id: str | None = None) -> RequestAdmitted:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from cluster_helpers import GB, T0, applied, at, joined, manifest, manifest_text, placed, router_host, view
 
-from nrt.events import (
+from nrt.core.events import (
     DrainCompleted,
     DrainStarted,
     Event,
@@ -18,8 +18,8 @@ from nrt.events import (
     TierChanged,
     WorkerJoined,
 )
-from nrt.manifest import Manifest, parse_manifest
-from nrt.policies import (
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.policies import (
     Command,
     Control,
     ControlState,
@@ -35,7 +35,7 @@ from nrt.policies import (
     decide,
     start_swap,
 )
-from nrt.vocabulary import ApplyOutcome, DrainOutcome, Reason, Tier
+from nrt.core.vocabulary import ApplyOutcome, DrainOutcome, Reason, Tier
 
 FAST_DRAIN = (
     "lru: {idle_threshold: 60s, min_lifetime: 30s, sweep_interval: 10s}\ndrain: {timeout: 1s, admission_wait: 1s}"

@@ -17,13 +17,13 @@ from nats.aio.client import Client
 from state_services import OnOneWorker, StartService, Workers
 from worker_helpers import ALL_PLACED, FAST, fired, generate, placed_as, tier_changes, tiers, used, worker_manifest
 
-from nrt.bus import rpc, subjects
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import ModelPlaced, SessionKvEvicted, TierChanged, WorkerLost
-from nrt.protocol import PromoteModel, PromoteResult
-from nrt.store import EventStore
-from nrt.vocabulary import Reason, WorkerRole
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.store import EventStore
+from nrt.core.events import ModelPlaced, SessionKvEvicted, TierChanged, WorkerLost
+from nrt.core.protocol import PromoteModel, PromoteResult
+from nrt.core.vocabulary import Reason, WorkerRole
 
 
 async def test_models_are_placed_on_the_live_workers_of_their_role_at_their_declared_tiers(

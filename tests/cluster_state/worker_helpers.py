@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from nats.aio.client import Client
 
-from nrt.bus import rpc, subjects
-from nrt.events import RequestCompleted, RequestRouted, TierChanged
-from nrt.policies import Tuning
-from nrt.protocol import GenerateChunk, GenerateRequest, SamplingParams
-from nrt.state import ClusterState
-from nrt.store import EventStore
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.store import EventStore
+from nrt.core.events import RequestCompleted, RequestRouted, TierChanged
+from nrt.core.policies import Tuning
+from nrt.core.protocol import GenerateChunk, GenerateRequest, SamplingParams
+from nrt.core.state import ClusterState
 
 FAST = Tuning(heartbeat_s=0.5, settle_s=5.0, retry_s=2.0)
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from stack_processes import STACK_ENV, OtlpReceiver, Stack
 
-from nrt.infra import free_port
-from nrt.stack.endpoints import discover, stack_dir
+from nrt.adapters.infra import free_port
+from nrt.entrypoints.stack.endpoints import discover, stack_dir
 
 
 @pytest.fixture
@@ -34,7 +34,16 @@ def start_stack(tmp_path: Path) -> Iterator[object]:
         log = tmp_path / "nrt-up.log"
         env = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | (extra_env or {})
         port = free_port()
-        argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "nrt.entrypoints.cli.main",
+            "up",
+            "--manifest",
+            str(manifest),
+            "--port",
+            str(port),
+        ]
         if not in_nrt_home:
             argv += ["--data-dir", str(data_dir)]
         process = subprocess.Popen(

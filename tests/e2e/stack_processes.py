@@ -14,8 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from nrt.stack import keys as stack_keys
-from nrt.stack.endpoints import Endpoints
+from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack.endpoints import Endpoints
 from nrt.testing.processes import alive, descendants
 from nrt.testing.stacks import tiny_manifest
 

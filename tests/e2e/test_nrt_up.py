@@ -24,7 +24,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
-from nrt.infra.pgurl import to_libpq
+from nrt.adapters.infra.pgurl import to_libpq
 from nrt.testing import stacks
 
 ROOT = Path(__file__).resolve().parents[2]

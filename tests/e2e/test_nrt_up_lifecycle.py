@@ -10,8 +10,8 @@ from pathlib import Path
 
 from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
 
-from nrt.cli.up import SERVICES
-from nrt.infra import EmbeddedNats, free_port
+from nrt.adapters.infra import EmbeddedNats, free_port
+from nrt.entrypoints.cli.up import SERVICES
 from nrt.testing.processes import command_line, executable_name, python_services
 from nrt.testing.stacks import eventually
 
@@ -60,7 +60,16 @@ def test_a_stray_server_on_the_data_directory_is_named_without_a_traceback(nrt_h
     manifest.write_text(TINY)
     data_dir = tmp_path / "stack"
     env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
-    argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--data-dir", str(data_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "nrt.entrypoints.cli.main",
+        "up",
+        "--manifest",
+        str(manifest),
+        "--data-dir",
+        str(data_dir),
+    ]
     with EmbeddedNats(data_dir / "nats") as stray:  # e.g. left over by an `nrt up` of an older release
         done = subprocess.run(
             [*argv, "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=300, check=False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
 
-from nrt.infra import free_port
+from nrt.adapters.infra import free_port
 
 
 def start_time(pid: int) -> str:
@@ -54,7 +54,16 @@ def test_nrt_up_gives_up_on_a_model_that_cannot_load_names_it_and_leaves_nothing
     manifest.write_text(text.replace(good, '{id: billing, source: "hf://nobody/missing"'))
     log = tmp_path / "nrt-up.log"
     env = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | {"HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(free_port())]
+    argv = [
+        sys.executable,
+        "-m",
+        "nrt.entrypoints.cli.main",
+        "up",
+        "--manifest",
+        str(manifest),
+        "--port",
+        str(free_port()),
+    ]
     argv += ["--data-dir", str(tmp_path / "stack"), "--ready-timeout", str(READY_TIMEOUT)]
     started = time.monotonic()
     process = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)

@@ -22,8 +22,8 @@ import openai
 from openai import OpenAI
 from stack_processes import STACK_ENV, Stack, alive, descendants, tiny_manifest
 
-from nrt.cli.up import SERVICES
-from nrt.stack.endpoints import ENDPOINTS_FILE
+from nrt.entrypoints.cli.up import SERVICES
+from nrt.entrypoints.stack.endpoints import ENDPOINTS_FILE
 from nrt.testing import stacks
 
 TINY = tiny_manifest("tiny-ops")
@@ -35,7 +35,12 @@ def nrt(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[s
     """``nrt ARGS`` as a user runs it: no URL flag, no key, no NRT_* URL in the environment (NRT_HOME only)."""
     env = {k: v for k, v in os.environ.items() if k not in (*STACK_ENV, "NRT_API_KEY", "NRT_ADMIN_KEY")}
     done = subprocess.run(
-        [sys.executable, "-m", "nrt.cli.main", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "nrt.entrypoints.cli.main", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if ok:
         assert done.returncode == 0, (

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from fault_kit import STACK_ENV, FaultStack
 
-from nrt.infra import free_port
-from nrt.stack.endpoints import discover, stack_dir
+from nrt.adapters.infra import free_port
+from nrt.entrypoints.stack.endpoints import discover, stack_dir
 from nrt.testing.stacks import tiny_manifest
 
 
@@ -29,7 +29,16 @@ def fault_stack(nrt_home: Path, tmp_path: Path) -> Iterator[FaultStack]:
     manifest.write_text(tiny_manifest("tiny-faults", legal_tier="resident"))
     log = tmp_path / "nrt-up.log"
     env = {k: v for k, v in os.environ.items() if k not in STACK_ENV}
-    argv = [sys.executable, "-m", "nrt.cli.main", "up", "--manifest", str(manifest), "--port", str(free_port())]
+    argv = [
+        sys.executable,
+        "-m",
+        "nrt.entrypoints.cli.main",
+        "up",
+        "--manifest",
+        str(manifest),
+        "--port",
+        str(free_port()),
+    ]
     process = subprocess.Popen(
         [*argv, "--ready-timeout", "300"],
         env=env,

@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 
-from nrt.stack import keys as stack_keys
-from nrt.stack.endpoints import Endpoints, stack_dir
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
+from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack.endpoints import Endpoints, stack_dir
 from nrt.testing import stacks
 
 # where a stack's servers and gateway are; a stack started by `nrt up` is found without them
@@ -239,7 +239,7 @@ def nrt(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = Non
     """``nrt ARGS`` as an operator runs it against a local stack (found through NRT_HOME, no URL)."""
     environment = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | dict(env or {})
     done = subprocess.run(
-        [sys.executable, "-m", "nrt.cli.main", *args],
+        [sys.executable, "-m", "nrt.entrypoints.cli.main", *args],
         env=environment,
         cwd=cwd,
         capture_output=True,

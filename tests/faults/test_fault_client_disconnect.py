@@ -10,7 +10,7 @@ import time
 
 from fault_kit import FaultStack, Outcome, Streamed, report, request_events, stream
 
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
 
 LONG = 450  # tokens: far more than the client reads
 

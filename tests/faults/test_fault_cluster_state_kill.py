@@ -14,7 +14,7 @@ import time
 
 from fault_kit import FaultStack, Traffic, eventually, report, served
 
-from nrt.cli.up import SERVICES
+from nrt.entrypoints.cli.up import SERVICES
 from nrt.testing.processes import python_services
 
 

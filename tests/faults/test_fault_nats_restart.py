@@ -19,8 +19,8 @@ import httpx
 import psycopg
 from fault_kit import FaultStack, Traffic, live_state, report, served
 
-from nrt.infra.pgurl import to_libpq
-from nrt.stack.endpoints import stack_dir
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.entrypoints.stack.endpoints import stack_dir
 
 SERVE_AGAIN_WITHIN_S = 15.0
 FAIL_FAST_S = 5.0

@@ -9,10 +9,10 @@ By default the harness applies the manifest (it publishes ``ManifestApplied``) a
 the models itself: the entry model on router_svc (``ROUTER_HOST``), the others on the worker;
 given a database, cluster_state runs too and does both, as in a deployment: it bootstraps
 the manifest, places the models on the heartbeating workers and serves
-``nrt.manifest.apply`` (``PUT /v1/manifest``).
+``nrt.core.manifest.apply`` (``PUT /v1/manifest``).
 
 Its API keys are recorded the way cluster_state records the keys given at start
-(``nrt.keys.bootstrap_event``): by the harness without a database, by cluster_state with one.
+(``nrt.core.api_keys.bootstrap_event``): by the harness without a database, by cluster_state with one.
 ``Stack.client()`` and ``Stack.http()`` send the infer key ``API_KEY``; ``ADMIN_KEY`` is the admin key.
 """
 
@@ -36,21 +36,21 @@ from api_gateway.admission import AdmissionGate
 from api_gateway.app import create_app
 from api_gateway.settings import GatewaySettings
 from cluster_state.service import ClusterStateService
-from nrt.bus import subjects
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import connect
-from nrt.bus.credentials import BusCredentials
-from nrt.bus.jetstream import EventPublisher, ensure_events_stream
-from nrt.events import AnyEvent, ManifestApplied, decode
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.credentials import BusCredentials
+from nrt.adapters.bus.jetstream import EventPublisher, ensure_events_stream
+from nrt.adapters.infra import free_port
+from nrt.adapters.settings import Settings, models_dir
+from nrt.core.api_keys import bootstrap_event
+from nrt.core.events import AnyEvent, ManifestApplied, decode
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.policies import Tuning
+from nrt.core.vocabulary import KeyScope
+from nrt.entrypoints.service import ServiceContext, serve_health
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.infra import free_port
-from nrt.keys import bootstrap_event
-from nrt.manifest import Manifest, parse_manifest
-from nrt.policies import Tuning
-from nrt.service import ServiceContext, serve_health
-from nrt.settings import Settings, models_dir
-from nrt.vocabulary import KeyScope
 from router_svc.app import router_host
 from router_svc.app import run as run_router
 from router_svc.settings import RouterSettings
@@ -207,7 +207,7 @@ async def start_stack(
     instead: it records the events there, bootstraps the manifest as version 1 and places
     its models on the worker and router_svc, which send heartbeats.
 
-    With ``keys`` (a directory of ``nrt.bus.auth`` credentials, for a server that checks them), each
+    With ``keys`` (a directory of ``nrt.adapters.bus.auth`` credentials, for a server that checks them), each
     service connects as itself and the test's own connection as cluster_state (it applies manifests
     and sends control commands).
 

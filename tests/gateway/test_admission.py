@@ -12,9 +12,9 @@ from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import DrainCompleted, DrainStarted, ManifestApplied
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.core.events import DrainCompleted, DrainStarted, ManifestApplied
 
 TEXT = (FIXTURES / "tiny-support.yaml").read_text()  # drain.admission_wait: 1s
 

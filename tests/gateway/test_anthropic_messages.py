@@ -10,7 +10,7 @@ import anthropic
 import pytest
 from harness import API_KEY, Stack
 
-from nrt.events import RequestAdmitted, RequestCompleted
+from nrt.core.events import RequestAdmitted, RequestCompleted
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

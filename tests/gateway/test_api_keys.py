@@ -16,8 +16,8 @@ import pytest
 from harness import ADMIN_KEY, API_KEY, Stack
 from litestar import Litestar
 
-from nrt.events import RequestAdmitted, RequestCompleted
-from nrt.keys import key_id_of, key_sha256
+from nrt.core.api_keys import key_id_of, key_sha256
+from nrt.core.events import RequestAdmitted, RequestCompleted
 
 BILLING = "I was charged twice for my order"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

@@ -17,9 +17,9 @@ import pytest
 from harness import ADMIN_KEY, KEYS, start_stack
 
 from cluster_state.keys import bootstrap_keys
-from nrt.events import ApiKeyCreated, ApiKeyRevoked, RequestCompleted
-from nrt.keys import key_id_of, key_sha256
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
+from nrt.core.api_keys import key_id_of, key_sha256
+from nrt.core.events import ApiKeyCreated, ApiKeyRevoked, RequestCompleted
 
 BILLING = "I was charged twice for my order"
 

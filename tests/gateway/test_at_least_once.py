@@ -21,13 +21,13 @@ import httpx
 import pytest
 from harness import API_KEY, start_stack
 
-from nrt.bus import subjects
-from nrt.bus.connection import connect
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.outbox import SUFFIX, Outbox
-from nrt.events import RequestAdmitted, RequestCompleted, RequestRouted
-from nrt.infra import free_port
-from nrt.store import EventStore
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.outbox import SUFFIX, Outbox
+from nrt.adapters.infra import free_port
+from nrt.adapters.store import EventStore
+from nrt.core.events import RequestAdmitted, RequestCompleted, RequestRouted
 
 BILLING = "I was charged twice for my order"
 
@@ -36,10 +36,10 @@ BILLING = "I was charged twice for my order"
 DOOMED = """
 import asyncio, os, signal, sys
 from pathlib import Path
-from nrt.bus.connection import connect
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.outbox import Outbox
-from nrt.events import RequestAdmitted, RequestCompleted
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.outbox import Outbox
+from nrt.core.events import RequestAdmitted, RequestCompleted
 
 async def main(nats_url: str, home: str) -> None:
     nc = await connect(nats_url, "doomed-gateway")

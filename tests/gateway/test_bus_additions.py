@@ -8,13 +8,13 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from nrt.bus import rpc, subjects
-from nrt.bus.emitter import EventEmitter
-from nrt.bus.errors import RemoteError, Unavailable
-from nrt.bus.jetstream import ensure_events_stream
-from nrt.events import RequestAdmitted, RequestCompleted
-from nrt.events import decode as decode_event
-from nrt.protocol import Dispatch
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.emitter import EventEmitter
+from nrt.adapters.bus.errors import RemoteError, Unavailable
+from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.core.events import RequestAdmitted, RequestCompleted
+from nrt.core.events import decode as decode_event
+from nrt.core.protocol import Dispatch
 
 
 async def stored(nc: Client) -> list[object]:

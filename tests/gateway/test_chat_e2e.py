@@ -11,9 +11,9 @@ import pytest
 from harness import ROUTER_HOST, Stack
 from litestar import Litestar
 
-from nrt.bus import subjects
-from nrt.events import RequestAdmitted, RequestCompleted, RequestFailed, RequestRouted, SessionTouched
-from nrt.protocol import GatewayHeartbeat
+from nrt.adapters.bus import subjects
+from nrt.core.events import RequestAdmitted, RequestCompleted, RequestFailed, RequestRouted, SessionTouched
+from nrt.core.protocol import GatewayHeartbeat
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -400,7 +400,7 @@ async def test_manifest_updates_need_the_admin_key_and_a_valid_manifest(stack: S
     # a valid manifest goes to cluster_state, which is not running in this stack: a clear 503, not a hang
     assert valid.status_code == 503
     assert valid.json()["error"]["code"] == "no_responders"
-    assert "nrt.manifest.apply" in valid.json()["error"]["message"]
+    assert "nrt.core.manifest.apply" in valid.json()["error"]["message"]
 
 
 async def test_readiness_and_errors_for_bad_methods(stack: Stack) -> None:

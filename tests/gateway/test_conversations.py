@@ -10,10 +10,10 @@ import pytest
 import pytest_asyncio
 from harness import Stack, start_stack
 
-from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.adapters.inference import BatchingGenerator
+from nrt.core.events import SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.core.protocol import ChatMessage
 from nrt.hosting.prompts import template_for
-from nrt.inference import BatchingGenerator
-from nrt.protocol import ChatMessage
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

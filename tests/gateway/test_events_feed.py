@@ -17,7 +17,7 @@ import httpx
 from harness import ADMIN_KEY, Stack, start_stack
 from litestar import Litestar
 
-from nrt.events import decode
+from nrt.core.events import decode
 
 BILLING = "I was charged twice for my order"
 

@@ -18,11 +18,11 @@ import pytest
 from harness import Stack, control, start_stack
 
 from api_gateway.settings import GatewaySettings
-from nrt.bus.broker import start_broker
-from nrt.bus.follow import EventFollower
-from nrt.events import RequestFailed
-from nrt.infra.embedded_nats import EmbeddedNats
-from nrt.routing import serving_workers
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.infra.embedded_nats import EmbeddedNats
+from nrt.core.events import RequestFailed
+from nrt.core.routing import serving_workers
 
 LONG = 400  # tokens: long enough to cut a stream in the middle
 

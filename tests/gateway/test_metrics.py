@@ -4,7 +4,7 @@ One in-process stack with cluster_state (real NATS, PostgreSQL, tiny ONNX models
 requests (a confident intent, and one that falls back), a direct request to a standby model
 (a cold start), a streamed one, one with a session, and a manifest swap (a drain). Then every
 service's scrape is parsed with ``prometheus_client``'s own parser, and each family that
-service owns must be there with a value; together they are every family ``nrt.metrics``
+service owns must be there with a value; together they are every family ``nrt.adapters.metrics``
 defines.
 """
 
@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from nrt.metrics import MetricsServer, defined_families
+from nrt.adapters.metrics import MetricsServer, defined_families
 
 BILLING = "I was charged twice for my order"  # an intent example: routed with confidence 1.0
 BUDGETS = [
@@ -176,4 +176,4 @@ async def test_every_service_serves_its_metric_families_with_values_after_traffi
     lag = value(cluster_state["nrt_event_log_lag"])
     assert 0 <= lag <= value(cluster_state["nrt_event_stream_sequence"])
     shown = set(gateway) | set(router) | set(worker) | set(cluster_state)
-    assert shown == defined_families(), "a family no service shows, or one nrt.metrics does not define"
+    assert shown == defined_families(), "a family no service shows, or one nrt.adapters.metrics does not define"

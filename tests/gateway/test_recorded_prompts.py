@@ -6,9 +6,9 @@ from __future__ import annotations
 from api_gateway.events_feed import feed_query, shown
 from api_gateway.flight import recorded_prompt
 from api_gateway.validate import ChatCall
-from nrt.events import RequestAdmitted, SessionClosed, decode, encode
-from nrt.manifest import parse_manifest
-from nrt.protocol import ChatMessage, SamplingParams
+from nrt.core.events import RequestAdmitted, SessionClosed, decode, encode
+from nrt.core.manifest import parse_manifest
+from nrt.core.protocol import ChatMessage, SamplingParams
 
 MANIFEST = """
 cluster: c

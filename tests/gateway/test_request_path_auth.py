@@ -1,7 +1,7 @@
 """The whole request path on an authenticating bus: each service connects as itself and a request is answered.
 
 The gateway, router_svc (with its router host) and the specialist worker each connect with their own
-nkey (``nrt.bus.auth``), so every subject they use, every JetStream call they make (following the
+nkey (``nrt.adapters.bus.auth``), so every subject they use, every JetStream call they make (following the
 stream, emitting events) and the token stream into the gateway's inbox pass the server's permissions.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from harness import start_stack
 from nats.aio.client import Client
 
-from nrt.bus import subjects
-from nrt.events import RequestAdmitted, RequestCompleted, RequestRouted, WorkerJoined
+from nrt.adapters.bus import subjects
+from nrt.core.events import RequestAdmitted, RequestCompleted, RequestRouted, WorkerJoined
 
 BILLING = "I was charged twice for my order"
 

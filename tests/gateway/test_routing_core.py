@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from harness import FIXTURES
 
-from nrt.events import TierChanged, WorkerJoined, WorkerLost
-from nrt.manifest import parse_manifest
-from nrt.protocol import ChatMessage, ClassifyReply
-from nrt.routing import Scored, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
-from nrt.routing.index import build_index
-from nrt.routing.rules import score
-from nrt.state import fold
+from nrt.core.events import TierChanged, WorkerJoined, WorkerLost
+from nrt.core.manifest import parse_manifest
+from nrt.core.protocol import ChatMessage, ClassifyReply
+from nrt.core.routing import Scored, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
+from nrt.core.state import fold
+from nrt.hosting.embeddings.index import build_index
+from nrt.hosting.embeddings.rules import score
 
 SUPPORT = parse_manifest((FIXTURES / "tiny-support.yaml").read_text())
 LABELS = SUPPORT.intent_labels  # billing, technical, legal

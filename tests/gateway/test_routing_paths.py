@@ -13,11 +13,11 @@ from harness import apply_manifest, start_stack
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from nrt.bus import rpc, subjects
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import DrainStarted, RequestAdmitted, RequestCompleted, RequestRouted
-from nrt.protocol import ChatMessage, Dispatch, GenerateChunk, RouteRequest
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.core.events import DrainStarted, RequestAdmitted, RequestCompleted, RequestRouted
+from nrt.core.protocol import ChatMessage, Dispatch, GenerateChunk, RouteRequest
 
 BILLING = "I was charged twice for my order"
 

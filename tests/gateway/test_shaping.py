@@ -9,8 +9,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from api_gateway.errors import ApiError
 from api_gateway.shaping import SSE_DONE, TOOL_NAME, Transcript, sse, sse_error
-from nrt.inference.structs import Timings, Usage
-from nrt.protocol import Dispatch, GenerateChunk
+from nrt.adapters.inference.structs import Timings, Usage
+from nrt.core.protocol import Dispatch, GenerateChunk
 
 WALL = 1_000_000.0  # unix time the gateway received the request (the perf counter read 10.0)
 

@@ -8,8 +8,8 @@ import time
 from click.testing import CliRunner
 from harness import API_KEY, start_stack
 
-from nrt.cli.client import status
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
+from nrt.entrypoints.cli.client import status
 
 
 async def test_status_watch_redraws_the_cluster(

@@ -22,7 +22,9 @@ import openai
 import pytest
 from harness import ADMIN_KEY, ROUTER_HOST, Stack, start_stack
 
-from nrt.events import (
+from nrt.adapters.store import EventStore
+from nrt.core.eventlog import RecordedEvent
+from nrt.core.events import (
     DrainCompleted,
     DrainStarted,
     ManifestApplied,
@@ -32,9 +34,8 @@ from nrt.events import (
     RequestRouted,
     TierChanged,
 )
+from nrt.core.protocol import GenerateChunk, GenerateRequest
 from nrt.hosting.worker import Worker
-from nrt.protocol import GenerateChunk, GenerateRequest
-from nrt.store import EventStore, RecordedEvent
 
 BILLING = "I was charged twice for my order"
 V1_DRAIN = "drain: {timeout: 5s, admission_wait: 1s}"  # as in the fixture manifest

@@ -20,11 +20,11 @@ from harness import ROUTER_HOST, Stack, start_stack
 from litestar import Litestar
 from nats.aio.msg import Msg
 
-from nrt.bus import rpc, subjects
-from nrt.bus.broker import ACCEPTED, FRAME
-from nrt.bus.errors import RemoteError
-from nrt.events import RequestFailed, RequestRouted
-from nrt.protocol import GenerateChunk, GenerateRequest
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.broker import ACCEPTED, FRAME
+from nrt.adapters.bus.errors import RemoteError
+from nrt.core.events import RequestFailed, RequestRouted
+from nrt.core.protocol import GenerateChunk, GenerateRequest
 
 BILLING = "I was charged twice for my order"  # billing's only example: confidence 1.0
 UNSURE = "what is the weather like on Mars"  # below the 0.999 threshold: no intent

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from harness import API_KEY, start_stack
 
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="Playwright is not installed (the dev extra)")
 

@@ -11,8 +11,8 @@ from harness import FIXTURES
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest
 from api_gateway.validate import check_model, validate_chat
-from nrt.manifest import parse_manifest
-from nrt.protocol import ChatMessage
+from nrt.core.manifest import parse_manifest
+from nrt.core.protocol import ChatMessage
 
 MANIFEST = parse_manifest((FIXTURES / "tiny-support.yaml").read_text())
 USER = {"role": "user", "content": "hello"}

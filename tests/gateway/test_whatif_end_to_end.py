@@ -20,9 +20,9 @@ from typing import Any
 from click.testing import CliRunner, Result
 from harness import ADMIN_KEY, Stack, start_stack
 
-from nrt.cli.main import cli
-from nrt.events import RequestAdmitted, RequestRouted
-from nrt.store import EventStore
+from nrt.adapters.store import EventStore
+from nrt.core.events import RequestAdmitted, RequestRouted
+from nrt.entrypoints.cli.main import cli
 
 BILLING = "I was charged twice for my order"
 TECHNICAL = "the app crashes when I open it"

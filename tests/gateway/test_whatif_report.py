@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from harness import fixture_manifest
 
+from nrt.core.manifest import Manifest, Tier, parse_manifest
+from nrt.core.whatif import RecordedRequest, build_report, router_identity
+from nrt.core.whatif.report import Classify
 from nrt.hosting.offline_router import offline_router
-from nrt.manifest import Manifest, Tier, parse_manifest
-from nrt.whatif import RecordedRequest, build_report, router_identity
-from nrt.whatif.report import Classify
 
 BILLING = "I was charged twice for my order"
 TECHNICAL = "the app crashes when I open it"
@@ -150,7 +150,7 @@ def test_a_promotion_the_budget_cannot_make_room_for_is_a_broken_constraint() ->
 
 @pytest.mark.parametrize("value", ["yes please", 1])
 def test_audit_record_prompts_must_be_a_boolean(value: object) -> None:
-    from nrt.manifest import ManifestError
+    from nrt.core.manifest import ManifestError
 
     with pytest.raises(ManifestError, match=r"audit\.record_prompts"):
         parse_manifest(BUDGETED + f"audit: {{record_prompts: {value}}}\n")

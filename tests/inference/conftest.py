@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nrt.inference import BatchingGenerator, CausalLM, build_session, load_weights
+from nrt.adapters.inference import BatchingGenerator, CausalLM, build_session, load_weights
 from nrt.testing.tiny_models import build_tiny_gemma3, build_tiny_llama, cached_build
 
 

@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from nrt.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, GeneratorClosedError, bare_greedy
+from nrt.adapters.inference import (
+    BatchingGenerator,
+    CausalLM,
+    Chunk,
+    GenerationRequest,
+    GeneratorClosedError,
+    bare_greedy,
+)
 
 PROMPTS = [
     "The quick brown fox",

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nrt.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
-from nrt.inference.device import DeviceOps, OrtValue, Piece, kv_nbytes
+from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
+from nrt.adapters.inference.device import DeviceOps, OrtValue, Piece, kv_nbytes
 
 PROMPTS = [
     "The quick brown fox",
@@ -103,7 +103,7 @@ def test_logits_views_and_helper_graphs_agree(tiny_llama: CausalLM, tiny_llama_d
 @pytest.mark.usefixtures("no_host_runs")
 def test_steps_keep_the_cache_as_ortvalues_and_match_the_bare_loop(tiny_llama: CausalLM, tiny_llama_dir: Any) -> None:
     prompt = tiny_llama.encode(PROMPTS[0])
-    from nrt.inference import build_session, load_weights
+    from nrt.adapters.inference import build_session, load_weights
 
     expected = bare_greedy(build_session(load_weights(tiny_llama_dir), ["CPUExecutionProvider"]), prompt, 16)
     stepper, ops = tiny_llama.stepper(), tiny_llama.ops
@@ -127,7 +127,7 @@ def test_steps_keep_the_cache_as_ortvalues_and_match_the_bare_loop(tiny_llama: C
 async def test_batched_rows_on_the_device_path_equal_each_row_alone(
     tiny_llama: CausalLM, tiny_llama_dir: Any, concurrent: int
 ) -> None:
-    from nrt.inference import build_session, load_weights
+    from nrt.adapters.inference import build_session, load_weights
 
     reference = build_session(load_weights(tiny_llama_dir), ["CPUExecutionProvider"])
     requests = [GenerationRequest(prompt=p, max_tokens=6 + 3 * i) for i, p in enumerate(PROMPTS[:concurrent])]

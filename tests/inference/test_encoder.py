@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nrt.inference import Encoder
+from nrt.adapters.inference import Encoder
 
 TEXTS = ["The quick brown fox", "Hello", "日本語のテキストです。", "Bonjour le monde, ça va? Très bien, merci."]
 

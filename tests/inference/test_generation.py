@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nrt.inference import (
+from nrt.adapters.inference import (
     BatchingGenerator,
     CausalLM,
     Chunk,

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nrt.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, build_session, load_weights
-from nrt.inference.device import OrtValue
-from nrt.inference.weights import CPU, CUDA
-from nrt.settings import models_dir
+from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, build_session, load_weights
+from nrt.adapters.inference.device import OrtValue
+from nrt.adapters.inference.weights import CPU, CUDA
+from nrt.adapters.settings import models_dir
 
 pytestmark = pytest.mark.gpu  # skipped with its reason without CUDA (tests/conftest.py)
 

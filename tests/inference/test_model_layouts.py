@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from nrt.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
+from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
 
 PROMPTS = ["The quick brown fox", "Hi", "System: be brief.\nUser: what is the capital of France?\nAssistant:"]
 

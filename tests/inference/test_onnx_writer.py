@@ -6,8 +6,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from nrt.inference.device import _slice_graph, _tail_graph
-from nrt.inference.onnx_writer import Node, Value, element_type, model_bytes
+from nrt.adapters.inference.device import _slice_graph, _tail_graph
+from nrt.adapters.inference.onnx_writer import Node, Value, element_type, model_bytes
 
 
 def test_the_helper_graphs_pass_the_onnx_checker() -> None:

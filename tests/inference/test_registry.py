@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nrt.inference import (
+from nrt.adapters.inference import (
     ArtifactError,
     ArtifactRegistry,
     CausalLM,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nrt.inference.sampling import Sampler, _nucleus
+from nrt.adapters.inference.sampling import Sampler, _nucleus
 
 
 def brute_force_nucleus(probs: np.ndarray, top_p: float) -> set[int]:

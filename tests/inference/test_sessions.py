@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from nrt.inference import BatchingGenerator, ChatMessage, Chunk, GenerationRequest, PromptTemplate
-from nrt.inference.transcript import encode_prompt
+from nrt.adapters.inference import BatchingGenerator, ChatMessage, Chunk, GenerationRequest, PromptTemplate
+from nrt.adapters.inference.transcript import encode_prompt
 
 TEMPLATE = PromptTemplate()
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from nrt.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, IncrementalDetokenizer, StopMatcher
+from nrt.adapters.inference import (
+    BatchingGenerator,
+    CausalLM,
+    Chunk,
+    GenerationRequest,
+    IncrementalDetokenizer,
+    StopMatcher,
+)
 
 MULTIBYTE = "héllo 日本語のテキスト 🎉🚀 ça va? ÷×"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from nrt.inference import ChatMessage, PromptTemplate, TemplateError, builtin_template, few_shot
+from nrt.adapters.inference import ChatMessage, PromptTemplate, TemplateError, builtin_template, few_shot
 
 CHAT = [
     ChatMessage("system", "Be brief."),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from nrt.inference import CausalLM
-from nrt.inference.transcript import Transcript, TranscriptRecorder, encode_prompt
+from nrt.adapters.inference import CausalLM
+from nrt.adapters.inference.transcript import Transcript, TranscriptRecorder, encode_prompt
 
 PROMPT = "User: hi\nAssistant:"
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy
 from infra_helpers import assert_all_gone, process_tree
 
-from nrt.infra import DataDirInUseError, EmbeddedPostgres, ServerStartError, free_port
+from nrt.adapters.infra import DataDirInUseError, EmbeddedPostgres, ServerStartError, free_port
 
 SYSTEM_POSTGRES_PORT = 5432  # a system PostgreSQL may run there: never ours
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nrt.infra import PortTimeoutError, free_port, port_is_open, wait_for_port
+from nrt.adapters.infra import PortTimeoutError, free_port, port_is_open, wait_for_port
 
 
 def test_free_port_is_bindable_on_loopback() -> None:

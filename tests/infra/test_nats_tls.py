@@ -10,15 +10,15 @@ import nats
 import pytest
 import trustme
 
-from nrt.bus import rpc
-from nrt.bus.auth import ServerTls, ensure_credentials
-from nrt.bus.broker import start_broker
-from nrt.bus.connection import connect
-from nrt.bus.credentials import BusCredentials
-from nrt.infra.embedded_nats import EmbeddedNats
-from nrt.protocol import Health, HealthQuery
-from nrt.service import ServiceContext, health_subject, serve_health
-from nrt.settings import Settings
+from nrt.adapters.bus import rpc
+from nrt.adapters.bus.auth import ServerTls, ensure_credentials
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import connect
+from nrt.adapters.bus.credentials import BusCredentials
+from nrt.adapters.infra.embedded_nats import EmbeddedNats
+from nrt.adapters.settings import Settings
+from nrt.core.protocol import Health, HealthQuery
+from nrt.entrypoints.service import ServiceContext, health_subject, serve_health
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ PARENT = textwrap.dedent(
     """
     import signal, sys, time
     from pathlib import Path
-    from nrt.infra._process import Identity, ServerProcess
+    from nrt.adapters.infra._process import Identity, ServerProcess
     account = sys.argv[2]
     identity = Identity(account, int(sys.argv[3]), int(sys.argv[4])) if account else None
     child = ServerProcess(["sleep", "600"], log_path=Path(sys.argv[1]), cwd=Path("/"), identity=identity)

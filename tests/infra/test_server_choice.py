@@ -10,17 +10,10 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from nrt.cli.up import database_backing
-from nrt.infra import (
-    ContainerNats,
-    ContainerPostgres,
-    docker_available,
-    nats_server,
-    postgres_server,
-    probe_jetstream,
-    to_libpq,
-    to_sqlalchemy,
-)
+from nrt.adapters.infra import probe_jetstream, to_libpq, to_sqlalchemy
+from nrt.entrypoints.cli.up import database_backing
+from nrt.testing.containers import ContainerNats, ContainerPostgres, docker_available
+from nrt.testing.servers import nats_server, postgres_server
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,8 +1,8 @@
 """NATS plumbing: replies or explicit error frames, never a silent timeout; one trace per call.
 
 Request/reply is served the control plane's way (a FastStream subscriber on a real broker,
-``nrt.bus.broker``) and asked both ways: through a broker and with raw nats-py, as
-``nrt.bus.rpc`` and ``nrt health`` do. Streams are the hot path's (``nrt.bus.rpc``).
+``nrt.adapters.bus.broker``) and asked both ways: through a broker and with raw nats-py, as
+``nrt.adapters.bus.rpc`` and ``nrt health`` do. Streams are the hot path's (``nrt.adapters.bus.rpc``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from nrt.bus import broker as bus
-from nrt.bus import rpc, subjects
-from nrt.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import WorkerLost
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.errors import BadRequest, DeadlineExceeded, RemoteError, Unavailable
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.core.events import WorkerLost
 
 
 class Ask(msgspec.Struct, frozen=True):

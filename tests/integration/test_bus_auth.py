@@ -11,10 +11,10 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from nrt.bus import auth
-from nrt.bus.connection import reconnecting
-from nrt.bus.contract import CHANNELS, SERVICES, Channel, Service
-from nrt.bus.credentials import BusCredentials
+from nrt.adapters.bus import auth
+from nrt.adapters.bus.connection import reconnecting
+from nrt.adapters.bus.contract import CHANNELS, SERVICES, Channel, Service
+from nrt.adapters.bus.credentials import BusCredentials
 
 Connect = Callable[[Service], Awaitable[tuple[Client, list[Exception]]]]
 
@@ -128,7 +128,7 @@ async def test_a_worker_cannot_send_control_routes_or_another_services_events(as
     await router.subscribe("nrt.route", cb=note)
     await router.flush()
     worker, errors = await as_identity("specialist_worker")
-    forbidden = ["nrt.control.r1", "nrt.route", "nrt.events.cluster_state.ManifestApplied"]
+    forbidden = ["nrt.control.r1", "nrt.route", "nrt.core.events.cluster_state.ManifestApplied"]
     for subject in forbidden:
         await worker.publish(subject, b"{}")
     await _settled(worker)

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from nrt.bus import rpc
-from nrt.bus.errors import RemoteError
+from nrt.adapters.bus import rpc
+from nrt.adapters.bus.errors import RemoteError
 
 
 class Hold(msgspec.Struct, frozen=True):

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from nrt.events import TierChanged
-from nrt.infra.pgurl import to_libpq
-from nrt.store import Checkpoint, ConcurrencyError, EventStore
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.core.eventlog import Checkpoint, ConcurrencyError
+from nrt.core.events import TierChanged
 from nrt.testing.traffic import traffic
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

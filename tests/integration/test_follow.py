@@ -7,10 +7,10 @@ from pathlib import Path
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import CONTROL_PLANE, Event, ManifestApplied, TierChanged
-from nrt.state import fold
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.core.events import CONTROL_PLANE, Event, ManifestApplied, TierChanged
+from nrt.core.state import fold
 from nrt.testing.traffic import traffic
 
 SPEC = Path(__file__).parent.parent / "fixtures" / "spec-customer-support.yaml"

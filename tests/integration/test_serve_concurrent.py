@@ -7,7 +7,7 @@ import asyncio
 import msgspec
 from faststream.nats import NatsBroker
 
-from nrt.bus import broker as bus
+from nrt.adapters.bus import broker as bus
 
 
 class Wait(msgspec.Struct, frozen=True):

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from nats.aio.client import Client
 
-from nrt.bus import rpc
-from nrt.infra import free_port
-from nrt.protocol import Health, HealthQuery
-from nrt.service import health_subject
+from nrt.adapters.bus import rpc
+from nrt.adapters.infra import free_port
+from nrt.core.protocol import Health, HealthQuery
+from nrt.entrypoints.service import health_subject
 
 
 async def _until_healthy(nc: Client, service: str, deadline: float) -> Health:

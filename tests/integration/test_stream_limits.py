@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from nats.aio.client import Client
 
-from nrt.bus import subjects
-from nrt.bus.jetstream import StreamLimits, ensure_events_stream
-from nrt.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream
+from nrt.adapters.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS
 
 
 async def test_the_stream_keeps_its_recent_part_and_its_owner_brings_it_to_the_configured_limits(nc: Client) -> None:

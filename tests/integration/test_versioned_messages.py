@@ -6,11 +6,11 @@ from __future__ import annotations
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from nrt.bus import subjects
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import VERSION_HEADER, WorkerJoined
-from nrt.vocabulary import WorkerRole
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.core.events import VERSION_HEADER, WorkerJoined
+from nrt.core.vocabulary import WorkerRole
 
 V1_ID = "0d5c2a8e-6f3b-4c1e-9a7d-000000000003"
 V1_JOINED = (

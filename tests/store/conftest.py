@@ -1,4 +1,4 @@
-"""Every event store behind ``nrt.store.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
+"""Every event store behind ``nrt.adapters.store.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from store_backends import Backend, memory, postgres
 
-from nrt.store import EventLog
+from nrt.core.eventlog import EventLog
 
 
 @pytest.fixture(params=["memory", "postgres"])

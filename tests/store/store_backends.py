@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import msgspec
 import psycopg
 
-from nrt.infra.pgurl import to_libpq
-from nrt.store import EventLog, EventStore, InMemoryEventStore
-from nrt.store.memory import StoredRow
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore, InMemoryEventStore
+from nrt.adapters.store.memory import StoredRow
+from nrt.core.eventlog import EventLog
 
 
 @dataclass(frozen=True)

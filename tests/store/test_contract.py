@@ -16,9 +16,9 @@ from typing import cast
 import pytest
 from store_backends import Backend
 
-from nrt.events import ManifestApplied, TierChanged, WorkerJoined, WorkerLost
-from nrt.state import fold
-from nrt.store import Checkpoint, ConcurrencyError, EventLog, ReplayedEvent
+from nrt.core.eventlog import Checkpoint, ConcurrencyError, EventLog, ReplayedEvent
+from nrt.core.events import ManifestApplied, TierChanged, WorkerJoined, WorkerLost
+from nrt.core.state import fold
 from nrt.testing.traffic import traffic
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -7,18 +7,10 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from nrt.events import TierChanged, WorkerJoined, WorkerLost, encode
-from nrt.store import (
-    Checkpoint,
-    ConcurrencyError,
-    DecisionLog,
-    Decisions,
-    EventLog,
-    EventStore,
-    InMemoryEventStore,
-    RecordedEvent,
-)
-from nrt.vocabulary import Reason, Tier
+from nrt.adapters.store import EventStore, InMemoryEventStore
+from nrt.core.eventlog import Checkpoint, ConcurrencyError, DecisionLog, Decisions, EventLog, RecordedEvent
+from nrt.core.events import TierChanged, WorkerJoined, WorkerLost, encode
+from nrt.core.vocabulary import Reason, Tier
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

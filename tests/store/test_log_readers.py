@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 
 from cluster_state.reseed import state_in_force
-from nrt.cli.audit import Filters, follow_log, last_matching, replay_log
-from nrt.events import ManifestApplied, ModelPlaced, TierChanged, WorkerJoined, WorkerLost
-from nrt.state import ClusterState, fold
-from nrt.store import InMemoryEventStore, RecordedEvent
+from nrt.adapters.store import InMemoryEventStore
+from nrt.core.eventlog import RecordedEvent
+from nrt.core.events import ManifestApplied, ModelPlaced, TierChanged, WorkerJoined, WorkerLost
+from nrt.core.state import ClusterState, fold
+from nrt.entrypoints.cli.audit import Filters, follow_log, last_matching, replay_log
 from nrt.testing.traffic import traffic
 
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nrt.events import WorkerLost
-from nrt.store import InMemoryEventStore
+from nrt.adapters.store import InMemoryEventStore
+from nrt.core.events import WorkerLost
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

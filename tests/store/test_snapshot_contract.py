@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from store_backends import Backend
 
-from nrt.state import fold
-from nrt.state.snapshot import FOLD_VERSION, encode_state, fold_log, save, verify_snapshots
-from nrt.store import EventLog
-from nrt.store.export import export_line, verify_lines
+from nrt.core.eventlog import EventLog
+from nrt.core.eventlog.export import export_line, verify_lines
+from nrt.core.state import fold
+from nrt.core.state.snapshot import FOLD_VERSION, encode_state, fold_log, save, verify_snapshots
 from nrt.testing.traffic import traffic
 
 

@@ -15,15 +15,15 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from nrt.cli.audit import replay, verify
-from nrt.device import Device
-from nrt.events import ManifestApplied, WorkerJoined, schema_version
-from nrt.events import upcasters as upcasting
-from nrt.infra.pgurl import to_libpq
-from nrt.state import fold
-from nrt.store import EventStore
-from nrt.store.hashchain import row_hash
-from nrt.vocabulary import DeviceKind, WorkerRole
+from nrt.adapters.infra.pgurl import to_libpq
+from nrt.adapters.store import EventStore
+from nrt.core.device import Device
+from nrt.core.eventlog.hashchain import row_hash
+from nrt.core.events import ManifestApplied, WorkerJoined, schema_version
+from nrt.core.events import upcasters as upcasting
+from nrt.core.state import fold
+from nrt.core.vocabulary import DeviceKind, WorkerRole
+from nrt.entrypoints.cli.audit import replay, verify
 
 V1_ID = "0d5c2a8e-6f3b-4c1e-9a7d-000000000001"
 V1_BODY = (

@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from api_gateway.ratelimit import RateLimiter
-from nrt.events import ApiKeyCreated, ApiKeyRevoked, RequestAdmitted, RequestCompleted, RequestFailed, decode, encode
-from nrt.keys import allows, bootstrap_event, find_key, generate_key, key_id_of, key_sha256
-from nrt.state import ApiKey, fold
-from nrt.vocabulary import KeyScope
+from nrt.core.api_keys import allows, bootstrap_event, find_key, generate_key, key_id_of, key_sha256
+from nrt.core.events import (
+    ApiKeyCreated,
+    ApiKeyRevoked,
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    decode,
+    encode,
+)
+from nrt.core.state import ApiKey, fold
+from nrt.core.vocabulary import KeyScope
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

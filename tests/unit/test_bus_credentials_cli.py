@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nrt.bus.auth import CONFIG_FILE
-from nrt.bus.contract import SERVICES
-from nrt.bus.credentials import public_key, seed_file
-from nrt.cli.main import cli
-from nrt.stack.bus import SEED_ENV, stack_bus
+from nrt.adapters.bus.auth import CONFIG_FILE
+from nrt.adapters.bus.contract import SERVICES
+from nrt.adapters.bus.credentials import public_key, seed_file
+from nrt.entrypoints.cli.main import cli
+from nrt.entrypoints.stack.bus import SEED_ENV, stack_bus
 
 
 def test_the_command_writes_a_private_seed_per_identity_and_keeps_them(tmp_path: Path) -> None:
@@ -54,6 +54,6 @@ def test_nrt_up_gives_each_service_its_own_seed_unless_the_server_is_someone_els
 
 def test_the_recorder_consumer_the_permissions_name_is_cluster_states() -> None:
     from cluster_state.recorder import CONSUMER
-    from nrt.bus.auth import RECORDER_CONSUMER
+    from nrt.adapters.bus.auth import RECORDER_CONSUMER
 
     assert RECORDER_CONSUMER == CONSUMER

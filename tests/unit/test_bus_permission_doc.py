@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nrt.bus.auth import permission_table, permissions
-from nrt.bus.contract import SERVICES
+from nrt.adapters.bus.auth import permission_table, permissions
+from nrt.adapters.bus.contract import SERVICES
 
 
 def test_the_readme_shows_the_permissions_the_server_config_gets(repo_root: Path) -> None:
     readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    assert permission_table() in readme, "README is stale: paste `python -m nrt.bus.auth` into 'Security: the bus'"
+    assert permission_table() in readme, (
+        "README is stale: paste `python -m nrt.adapters.bus.auth` into 'Security: the bus'"
+    )
 
 
 def test_only_the_gateway_routes_only_cluster_state_commands_and_each_service_publishes_its_own_events() -> None:
@@ -18,5 +20,5 @@ def test_only_the_gateway_routes_only_cluster_state_commands_and_each_service_pu
     assert [i for i, p in publishers.items() if "nrt.route" in p] == ["api_gateway"]
     assert [i for i, p in publishers.items() if "nrt.control.*" in p] == ["cluster_state"]
     for identity, published in publishers.items():
-        events = {s for s in published if s.startswith("nrt.events.")}
-        assert events <= {f"nrt.events.{identity}.*"}, (identity, events)
+        events = {s for s in published if s.startswith("nrt.core.events.")}
+        assert events <= {f"nrt.core.events.{identity}.*"}, (identity, events)

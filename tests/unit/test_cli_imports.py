@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 CLI = Path(__file__).resolve().parents[2] / "libs" / "nrt" / "cli"
-PREFIX = "nrt.cli"
+PREFIX = "nrt.entrypoints.cli"
 
 
 def module_name(path: Path) -> str:

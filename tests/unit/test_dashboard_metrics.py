@@ -1,6 +1,6 @@
 """The provisioned Grafana dashboard (deploy/grafana/dashboards/nrt.json) and the families the code defines.
 
-Every metric a panel queries must be a family some NRT service exports (``nrt.metrics``), and
+Every metric a panel queries must be a family some NRT service exports (``nrt.adapters.metrics``), and
 every family must be on the dashboard.
 """
 
@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from nrt.metrics import defined_families
+from nrt.adapters.metrics import defined_families
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "nrt.json"
 SERIES_SUFFIXES = ("_total", "_bucket", "_count", "_sum")  # the series names of counter and histogram families

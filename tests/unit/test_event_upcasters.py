@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from nrt.bus.jetstream import event_headers, message_version
-from nrt.device import Device
-from nrt.events import (
+from nrt.adapters.bus.jetstream import event_headers, message_version
+from nrt.core.device import Device
+from nrt.core.events import (
     EVENT_TYPES,
     UPCASTERS,
     VERSION_HEADER,
@@ -18,8 +18,8 @@ from nrt.events import (
     encode,
     upcast,
 )
-from nrt.events.upcasters import missing_upcasters
-from nrt.vocabulary import DeviceKind, WorkerRole
+from nrt.core.events.upcasters import missing_upcasters
+from nrt.core.vocabulary import DeviceKind, WorkerRole
 
 V1_JOINED = (
     b'{"cpu_count":1,"event_id":"0d5c2a8e-6f3b-4c1e-9a7d-000000000002","host":"h",'

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from nrt.events import (
+from nrt.core.events import (
     EVENT_TYPES,
     EventDecodeError,
     ManifestApplied,
@@ -27,7 +27,7 @@ from nrt.events import (
     encode,
     schema_version,
 )
-from nrt.state import ClusterState, evolve, fold
+from nrt.core.state import ClusterState, evolve, fold
 from nrt.testing.traffic import traffic
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -11,11 +11,21 @@ defines it. Each edge has one of three kinds, and each rule says which kinds it 
 - ``typing``: under ``if TYPE_CHECKING:``, never runs, but is a dependency of the code's meaning;
 - ``lazy``: inside a function, runs only when that function is called.
 
-Rules (a) the core's purity and (c) who may import a service read ``module`` and ``typing`` edges,
-and (c) reads ``lazy`` ones too (a service never imports another, not even late); rules (b) the
-light in-memory adapters and (d) no cycles are about what runs at import, so they read ``module``
-edges alone. A known break of a rule is listed below with its reason, for the layout move to empty;
-an entry that no longer breaks its rule fails the test, so the lists only shrink.
+The rules:
+
+- (a) the core (``nrt.core``) imports the stdlib, msgspec, yaml and itself: ``module`` and ``typing``
+  edges;
+- (a') the layers ``nrt.core`` < ``nrt.adapters`` < ``nrt.hosting`` < ``nrt.entrypoints``: a module
+  imports its own layer and those below, never one above and never the test support
+  (``nrt.testing``), not even late: every kind of edge; every module of ``libs/nrt`` is in a layer
+  or in the test support;
+- (b) the in-memory store, the event log's interface and the in-memory broker set-up load no
+  database or server code, and the wire contract loads no shell: ``module`` edges (what runs);
+- (c) no service imports another and the library imports none, not even late; no service imports
+  the test support: every kind of edge;
+- (d) no import cycle at module level, package ``__init__`` loops included: ``module`` edges.
+
+There is no list of exceptions: a break fails the test.
 
 Not seen: ``importlib.import_module`` calls (the ``LAZY`` tables aside). ``tests/unit/test_light_core.py``
 checks the same promises at run time, in a fresh interpreter, through ``sys.modules``.
@@ -35,26 +45,30 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_ROOTS = (ROOT / "libs", ROOT / "services")
 
-# The pure core: what decides. It imports the stdlib, these third-party packages and itself.
-CORE = (
-    "nrt.events",
-    "nrt.state",
-    "nrt.policies",
-    "nrt.manifest",
-    "nrt.routing",
-    "nrt.whatif",
-    "nrt.protocol",
-    "nrt.vocabulary",
-    "nrt.units",
-    "nrt.device",
+# The layers of libs/nrt, lowest first. A module imports its own layer and those below it, never
+# one above; nothing in them imports the test support (``nrt.testing``) or a service.
+LAYERS = (
+    "nrt.core",  # what decides: pure, typed data and functions
+    "nrt.adapters",  # what talks to the world: NATS, the stores, ONNX Runtime, models, servers
+    "nrt.hosting",  # the model-hosting jobs that router_svc and specialist_worker both run
+    "nrt.entrypoints",  # what starts processes: the CLI, the stack, the service runtime
 )
+TESTING = "nrt.testing"  # test support: may import any layer
+
+# The pure core imports the stdlib, these third-party packages and itself.
+CORE = "nrt.core"
 CORE_THIRD_PARTY = frozenset({"msgspec", "yaml"})
-# ``nrt`` itself (its __init__ runs before any core module) is part of the core.
-CORE_ROOTS = (*CORE, "nrt")
 
 # Modules that tests and tools use without servers: they must not load database or server code.
-# ``nrt.bus.broker`` builds the broker that tests wrap in FastStream's in-memory TestNatsBroker.
-IN_MEMORY = ("nrt.store", "nrt.store.memory", "nrt.state.snapshot", "nrt.bus", "nrt.bus.broker")
+# ``nrt.adapters.bus.broker`` builds the broker that tests wrap in FastStream's in-memory TestNatsBroker.
+IN_MEMORY = (
+    "nrt.core.eventlog",
+    "nrt.core.state.snapshot",
+    "nrt.adapters.store",
+    "nrt.adapters.store.memory",
+    "nrt.adapters.bus",
+    "nrt.adapters.bus.broker",
+)
 SERVER_CODE = frozenset(
     {
         "sqlalchemy",
@@ -62,47 +76,20 @@ SERVER_CODE = frozenset(
         "psycopg_pool",
         "asyncpg",
         "alembic",
-        "nrt.infra.embedded_postgres",
-        "nrt.infra.embedded_nats",
-        "nrt.infra.servers",
-        "nrt.infra.containers",
-        "nrt.store.event_store",
-        "nrt.store.migrate",
-        "nrt.store.tables",
+        "nrt.adapters.infra.embedded_postgres",
+        "nrt.adapters.infra.embedded_nats",
+        "nrt.adapters.store.postgres",
+        "nrt.adapters.store.migrate",
+        "nrt.adapters.store.tables",
+        "nrt.testing",
     }
 )
 
 # The wire contract (what any process may read to talk to another) runs no shell.
-WIRE = ("nrt.protocol", "nrt.bus.contract")
-SHELLS = frozenset({"nrt.service", "nrt.stack", "nrt.cli", "faststream", "uvloop", "prometheus_client"})
+WIRE = ("nrt.core.protocol", "nrt.adapters.bus.contract")
+SHELLS = frozenset({"nrt.entrypoints", "faststream", "uvloop", "prometheus_client"})
 
 SERVICES = frozenset({"api_gateway", "cluster_state", "router_svc", "specialist_worker"})
-
-# Known breaks of rule (a), (importer, imported) -> why; the layout move (issue 25) empties it.
-CORE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # The router's numeric routing runs wherever the router model does, beside ONNX Runtime: the
-    # move takes these three out of the core (hosting), leaving the rule and the threshold.
-    ("nrt.routing.calibration", "numpy"): "numeric routing belongs with the model hosting",
-    ("nrt.routing.index", "numpy"): "numeric routing belongs with the model hosting",
-    ("nrt.routing.rules", "numpy"): "numeric routing belongs with the model hosting",
-    # Both read the log through the ``EventLog`` port and its record types (light: rule (b)); the
-    # move puts the port and the records in the core, or these readers in the service layer.
-    ("nrt.state.snapshot", "nrt.store"): "reads snapshots through the EventLog port",
-    ("nrt.whatif.candidate", "nrt.store"): "reads the recorded requests through the EventLog port",
-}
-
-# Known breaks of rule (c), (importer, service) -> why.
-SERVICE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # Renders the README's settings table from every process's settings class (imports inside a
-    # function); the move puts it with the entrypoints, or gives each service its own rows.
-    ("nrt.settings_doc", "api_gateway"): "the settings table reads each process's settings",
-    ("nrt.settings_doc", "cluster_state"): "the settings table reads each process's settings",
-    ("nrt.settings_doc", "router_svc"): "the settings table reads each process's settings",
-    ("nrt.settings_doc", "specialist_worker"): "the settings table reads each process's settings",
-}
-
-# Known import cycles at module level (rule (d)), as the sorted modules of the cycle.
-CYCLE_EXCEPTIONS: dict[tuple[str, ...], str] = {}
 
 
 @dataclass(frozen=True)
@@ -224,24 +211,62 @@ ANY = frozenset({"module", "typing", "lazy"})
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 
-def core_breaks() -> dict[tuple[str, str], Edge]:
+def core_breaks() -> list[Edge]:
     """Rule (a): each import of a core module that is not the stdlib, msgspec, yaml or the core."""
     allowed = STDLIB | CORE_THIRD_PARTY
-    found = {}
-    for name in modules():
-        if not inside(name, CORE) and name != "nrt":
-            continue
-        for edge in out(name, DEPENDS):
-            if edge.target not in allowed and not (inside(edge.target, CORE) or edge.target == "nrt"):
-                found[(edge.source, edge.target)] = edge
-    return found
+    return [
+        edge
+        for name in modules()
+        if inside(name, (CORE,))
+        for edge in out(name, DEPENDS)
+        if edge.target not in allowed and not (inside(edge.target, (CORE,)) or edge.target == "nrt")
+    ]
 
 
 def test_the_core_imports_only_the_stdlib_msgspec_yaml_and_itself() -> None:
-    breaks = core_breaks()
-    new = [f"{e.source}:{e.line} imports {e.target}" for key, e in breaks.items() if key not in CORE_EXCEPTIONS]
-    assert new == [], "the core imports outside itself:\n" + "\n".join(new)
-    assert sorted(set(CORE_EXCEPTIONS) - set(breaks)) == [], "a known exception no longer applies: remove it"
+    breaks = [f"{e.source}:{e.line} imports {e.target}" for e in core_breaks()]
+    assert breaks == [], "the core imports outside itself:\n" + "\n".join(breaks)
+
+
+def layer_of(name: str) -> int | None:
+    """The index of the layer ``name`` belongs to, or None (``nrt`` itself, the test support, outside)."""
+    return next((i for i, layer in enumerate(LAYERS) if inside(name, (layer,))), None)
+
+
+def layer_breaks() -> list[Edge]:
+    """Rule (a'): a layer importing one above it, or the test support, at any time (even late)."""
+    found = []
+    for edge in edges():
+        source = layer_of(edge.source)
+        if source is None:
+            continue
+        target = layer_of(edge.target)
+        if (target is not None and target > source) or inside(edge.target, (TESTING,)):
+            found.append(edge)
+    return found
+
+
+def test_each_layer_imports_only_itself_and_the_layers_below() -> None:
+    breaks = [f"{e.source}:{e.line} imports {e.target} ({e.kind})" for e in layer_breaks()]
+    assert breaks == [], "a layer imports one above it:\n" + "\n".join(breaks)
+
+
+def test_every_module_of_the_library_is_in_one_layer_or_the_test_support() -> None:
+    homeless = [
+        name
+        for name in modules()
+        if name.startswith("nrt.") and layer_of(name) is None and not inside(name, (TESTING,))
+    ]
+    assert homeless == []
+
+
+def test_services_never_import_the_test_support() -> None:
+    found = [
+        f"{e.source}:{e.line} imports {e.target}"
+        for e in edges()
+        if e.source.split(".")[0] in SERVICES and inside(e.target, (TESTING,))
+    ]
+    assert found == []
 
 
 def reachable(start: str, kinds: frozenset[str]) -> dict[str, list[str]]:
@@ -285,10 +310,8 @@ def service_breaks() -> dict[tuple[str, str], Edge]:
 
 
 def test_no_service_imports_another_and_the_library_imports_none() -> None:
-    breaks = service_breaks()
-    new = [f"{e.source}:{e.line} imports {e.target}" for key, e in breaks.items() if key not in SERVICE_EXCEPTIONS]
-    assert new == [], "a service is imported from outside it:\n" + "\n".join(new)
-    assert sorted(set(SERVICE_EXCEPTIONS) - set(breaks)) == [], "a known exception no longer applies: remove it"
+    breaks = [f"{e.source}:{e.line} imports {e.target}" for e in service_breaks().values()]
+    assert breaks == [], "a service is imported from outside it:\n" + "\n".join(breaks)
 
 
 def cycles() -> list[tuple[str, ...]]:
@@ -336,17 +359,15 @@ def strongly_connected(graph: dict[str, list[str]]) -> list[tuple[str, ...]]:
 
 
 def test_no_import_cycles_at_module_level() -> None:
-    found = cycles()
-    new = [" <-> ".join(cycle) for cycle in found if cycle not in CYCLE_EXCEPTIONS]
-    assert new == [], "import cycles at module level:\n" + "\n".join(new)
-    assert sorted(set(CYCLE_EXCEPTIONS) - set(found)) == [], "a known cycle is gone: remove it from the list"
+    found = [" <-> ".join(cycle) for cycle in cycles()]
+    assert found == [], "import cycles at module level:\n" + "\n".join(found)
 
 
 # The checks above only count what they parse: each must see the break it exists for.
 
 
-def test_the_core_set_names_modules_of_the_tree() -> None:
-    assert [name for name in CORE if name not in modules()] == []
+def test_the_layers_name_packages_of_the_tree() -> None:
+    assert [name for name in (*LAYERS, TESTING) if name not in modules() or not is_package(name)] == []
 
 
 def has_edge(source: str, target: str, kind: str) -> bool:
@@ -354,15 +375,15 @@ def has_edge(source: str, target: str, kind: str) -> bool:
 
 
 def test_the_graph_sees_imports_of_each_kind() -> None:
-    assert has_edge("nrt.store.event_store", "sqlalchemy", "module")
-    assert has_edge("nrt.store", "nrt.store.event_store", "typing")
-    assert has_edge("nrt.whatif.candidate", "nrt.hosting.offline_router", "lazy")
+    assert has_edge("nrt.adapters.store.postgres", "sqlalchemy", "module")
+    assert has_edge("nrt.adapters.store", "nrt.adapters.store.postgres", "typing")
+    assert has_edge("nrt.hosting.whatif_run", "nrt.hosting.offline_router", "lazy")
 
 
 def test_the_graph_follows_a_package_s_lazy_names_and_its_init() -> None:
-    # ``from nrt.store import upgrade`` runs nrt.store (its __init__) and, through LAZY, nrt.store.migrate
-    assert has_edge("nrt.cli.db", "nrt.store", "module")
-    assert has_edge("nrt.cli.db", "nrt.store.migrate", "module")
+    # ``from nrt.adapters.store import upgrade`` runs nrt.adapters.store (its __init__) and, through LAZY, nrt.adapters.store.migrate
+    assert has_edge("nrt.entrypoints.cli.db", "nrt.adapters.store", "module")
+    assert has_edge("nrt.entrypoints.cli.db", "nrt.adapters.store.migrate", "module")
 
 
 def test_the_cycle_check_finds_a_loop_through_a_package_init() -> None:
@@ -371,4 +392,13 @@ def test_the_cycle_check_finds_a_loop_through_a_package_init() -> None:
 
 
 def test_the_reach_finds_server_code_behind_the_postgres_store() -> None:
-    assert "sqlalchemy" in reachable("nrt.store.event_store", RUNTIME)
+    assert "sqlalchemy" in reachable("nrt.adapters.store.postgres", RUNTIME)
+
+
+def test_the_layers_are_ordered_and_the_test_support_is_outside_them() -> None:
+    assert layer_of("nrt.core.events") == 0
+    assert layer_of("nrt.adapters.store.postgres") == 1
+    assert layer_of("nrt.hosting.worker") == 2
+    assert layer_of("nrt.entrypoints.cli.main") == 3
+    assert layer_of("nrt.testing.servers") is None
+    assert layer_of("nrt.core_like") is None  # a prefix is not a package

@@ -17,19 +17,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("onnxruntime", "numpy")
 
-PURE = ("nrt.policies", "nrt.state", "nrt.manifest", "nrt.events", "nrt.protocol", "nrt.routing")
-SERVICE_LAYER = ("prometheus_client",)  # metrics live in the services (nrt.metrics), never in the core
-DATABASE = ("sqlalchemy", "psycopg", "alembic", "nrt.infra.embedded_postgres")
-IN_MEMORY = ("nrt.store", "nrt.store.memory", "nrt.state.snapshot")
+PURE = (
+    "nrt.core.policies",
+    "nrt.core.state",
+    "nrt.core.manifest",
+    "nrt.core.events",
+    "nrt.core.protocol",
+    "nrt.core.routing",
+)
+SERVICE_LAYER = ("prometheus_client",)  # metrics live in the services (nrt.adapters.metrics), never in the core
+DATABASE = ("sqlalchemy", "psycopg", "alembic", "nrt.adapters.infra.embedded_postgres")
+IN_MEMORY = ("nrt.adapters.store", "nrt.adapters.store.memory", "nrt.core.state.snapshot")
 
 LIGHT = (
-    "nrt.policies",
-    "nrt.state",
-    "nrt.manifest",
-    "nrt.events",
-    "nrt.protocol",
-    "nrt.routing",
-    "nrt.manifest_sources",
+    "nrt.core.policies",
+    "nrt.core.state",
+    "nrt.core.manifest",
+    "nrt.core.events",
+    "nrt.core.protocol",
+    "nrt.core.routing",
+    "nrt.adapters.manifest_sources",
     "api_gateway.app",
     "cluster_state.service",
 )
@@ -64,7 +71,7 @@ def test_importing_the_core_or_the_gateway_loads_no_inference_engine(module: str
 
 def test_the_probe_sees_a_heavy_import() -> None:
     # the engine itself does load them: the check above would notice if the core reached it
-    assert loaded_after_import("nrt.inference") == list(HEAVY)
+    assert loaded_after_import("nrt.adapters.inference") == list(HEAVY)
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -73,7 +80,7 @@ def test_the_pure_core_loads_no_metrics_client(module: str) -> None:
 
 
 def test_the_probe_sees_the_metrics_client() -> None:
-    assert loaded_after_import("nrt.metrics", SERVICE_LAYER) == list(SERVICE_LAYER)
+    assert loaded_after_import("nrt.adapters.metrics", SERVICE_LAYER) == list(SERVICE_LAYER)
 
 
 @pytest.mark.parametrize("module", IN_MEMORY)
@@ -83,10 +90,10 @@ def test_the_in_memory_store_loads_no_database_code(module: str) -> None:
 
 
 def test_the_probe_sees_the_database_code() -> None:
-    assert loaded_after_import("nrt.store.event_store", DATABASE[:2]) == list(DATABASE[:2])
+    assert loaded_after_import("nrt.adapters.store.postgres", DATABASE[:2]) == list(DATABASE[:2])
 
 
 def test_the_bus_contract_loads_no_service_shell() -> None:
-    # the wire types (Health included) live in nrt.protocol, not in the shell nrt.service
-    shell = ("nrt.service", "faststream", "uvloop", "prometheus_client")
-    assert loaded_after_import("nrt.bus.contract", shell) == []
+    # the wire types (Health included) live in nrt.core.protocol, not in the shell nrt.entrypoints.service
+    shell = ("nrt.entrypoints.service", "faststream", "uvloop", "prometheus_client")
+    assert loaded_after_import("nrt.adapters.bus.contract", shell) == []

@@ -1,5 +1,5 @@
 """A model that cannot load: the fold keeps each worker's last failure of it, and the readiness rule
-says when it has failed on every live worker that could hold it (``nrt.routing.readiness``)."""
+says when it has failed on every live worker that could hold it (``nrt.core.routing.readiness``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from nrt.cli import client
-from nrt.cli.status_view import last_failures, status_view
-from nrt.cli.up import ModelsFailed, readiness_problem
-from nrt.events import Event, ModelPlaced, TierChanged, WorkerJoined, WorkerLost, decode, encode
-from nrt.manifest import Manifest, parse_manifest
-from nrt.routing.readiness import models_readiness, required_models
-from nrt.state import ClusterState, LoadFailure, fold
-from nrt.vocabulary import Reason, Tier, WorkerRole
+from nrt.core.events import Event, ModelPlaced, TierChanged, WorkerJoined, WorkerLost, decode, encode
+from nrt.core.manifest import Manifest, parse_manifest
+from nrt.core.routing.readiness import models_readiness, required_models
+from nrt.core.state import ClusterState, LoadFailure, fold
+from nrt.core.vocabulary import Reason, Tier, WorkerRole
+from nrt.entrypoints.cli import client
+from nrt.entrypoints.cli.status_view import last_failures, status_view
+from nrt.entrypoints.cli.up import ModelsFailed, readiness_problem
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 MISSING = "hf://nobody/missing"

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nrt.cli.main import cli
-from nrt.manifest import DeviceRequirement, ManifestError, Priority, Tier, TurnTemplate, load_manifest, parse_manifest
+from nrt.core.manifest import (
+    DeviceRequirement,
+    ManifestError,
+    Priority,
+    Tier,
+    TurnTemplate,
+    load_manifest,
+    parse_manifest,
+)
+from nrt.entrypoints.cli.main import cli
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SPEC = FIXTURES / "spec-customer-support.yaml"

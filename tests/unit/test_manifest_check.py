@@ -1,5 +1,5 @@
 """``nrt manifest check``: its table keeps long ids apart, and a source this machine cannot use is a
-problem at its line (the worker's own resolution, ``nrt.catalogue.locate``), unless ``--no-sources``."""
+problem at its line (the worker's own resolution, ``nrt.adapters.catalogue.locate``), unless ``--no-sources``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from nrt.bus.errors import RemoteError
-from nrt.cli.main import cli
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.manifest_sources import unusable_sources
+from nrt.core.manifest import parse_manifest
+from nrt.core.manifest.summary import summarize
+from nrt.entrypoints.cli.main import cli
 from nrt.hosting.model_sources import LocalArtifact, resolve
-from nrt.manifest import parse_manifest
-from nrt.manifest.summary import summarize
-from nrt.manifest_sources import unusable_sources
 from nrt.testing.stacks import tiny_manifest
 
 LONG_IDS = textwrap.dedent(

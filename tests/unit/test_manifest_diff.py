@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nrt.manifest import diff_manifests, parse_manifest
+from nrt.core.manifest import diff_manifests, parse_manifest
 
 BASE = """cluster: test
 resources: {gpu_budget: 4GB, ram_budget: 8GB}

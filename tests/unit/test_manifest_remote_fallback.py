@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nrt.bus.errors import RemoteError
-from nrt.catalogue import AnthropicSource, SourceError, resolve_source
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.catalogue import AnthropicSource, SourceError, resolve_source
+from nrt.adapters.manifest_sources import source_warnings
+from nrt.core.manifest import ManifestError, ModelSpec, Tier, parse_manifest
 from nrt.hosting.model_sources import RemoteEndpoint, resolve
-from nrt.manifest import ManifestError, ModelSpec, Tier, parse_manifest
-from nrt.manifest_sources import source_warnings
 
 SPEC = Path(__file__).parents[1] / "fixtures" / "spec-customer-support.yaml"
 SPEC_FALLBACK = "fallback:\n  source: hf://anthropic/claude-haiku\n  tier: remote\n"

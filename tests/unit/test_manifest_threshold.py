@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nrt.cli.main import cli
-from nrt.inference import Encoder
-from nrt.manifest import parse_manifest
-from nrt.routing import router_examples
-from nrt.routing.calibration import calibrate
-from nrt.routing.index import build_index
+from nrt.adapters.inference import Encoder
+from nrt.core.manifest import parse_manifest
+from nrt.core.routing import router_examples
+from nrt.entrypoints.cli.main import cli
+from nrt.hosting.embeddings.calibration import calibrate
+from nrt.hosting.embeddings.index import build_index
 
 GATEWAY_FIXTURES = Path(__file__).parent.parent / "gateway" / "fixtures"
 

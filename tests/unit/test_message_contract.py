@@ -10,13 +10,13 @@ import pytest
 
 from cluster_state.controller import Controller
 from cluster_state.service import ClusterStateService
-from nrt.bus import contract, subjects
-from nrt.events import EVENT_TYPES
-from nrt.service import health_subject
+from nrt.adapters.bus import contract, subjects
+from nrt.core.events import EVENT_TYPES
+from nrt.entrypoints.service import health_subject
 
 
 def _every_subject() -> list[str]:
-    """Each constant subject of ``nrt.bus.subjects``, and each subject function with a sample token."""
+    """Each constant subject of ``nrt.adapters.bus.subjects``, and each subject function with a sample token."""
     not_subjects = {"PREFIX", "EVENTS_STREAM", "EVENTS_PREFIX", "EVENTS_ALL", "INFER_QUEUE"}
     found = [
         value
@@ -35,7 +35,7 @@ def _every_subject() -> list[str]:
 
 @pytest.mark.parametrize("subject", _every_subject())
 def test_every_subject_is_a_channel_of_the_contract(subject: str) -> None:
-    assert contract.covers(subject), f"{subject} is not in nrt.bus.contract.CHANNELS"
+    assert contract.covers(subject), f"{subject} is not in nrt.adapters.bus.contract.CHANNELS"
 
 
 def test_every_event_type_has_its_publishers() -> None:
@@ -43,12 +43,12 @@ def test_every_event_type_has_its_publishers() -> None:
 
 
 def test_an_event_subject_carries_only_the_types_its_service_may_publish() -> None:
-    assert contract.may_carry("nrt.events.cluster_state.ManifestApplied", "ManifestApplied")
-    assert not contract.may_carry("nrt.events.specialist_worker.ManifestApplied", "ManifestApplied")
-    assert not contract.may_carry("nrt.events.cluster_state.ManifestApplied", "RequestAdmitted")  # type mismatch
-    assert not contract.may_carry("nrt.events.ManifestApplied", "ManifestApplied")  # no publisher in the subject
-    assert not contract.may_carry("nrt.events.nobody.ManifestApplied", "ManifestApplied")
-    assert subjects.event_origin("nrt.events.api_gateway.RequestAdmitted") == ("api_gateway", "RequestAdmitted")
+    assert contract.may_carry("nrt.core.events.cluster_state.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.core.events.specialist_worker.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.core.events.cluster_state.ManifestApplied", "RequestAdmitted")  # type mismatch
+    assert not contract.may_carry("nrt.core.events.ManifestApplied", "ManifestApplied")  # no publisher in the subject
+    assert not contract.may_carry("nrt.core.events.nobody.ManifestApplied", "ManifestApplied")
+    assert subjects.event_origin("nrt.core.events.api_gateway.RequestAdmitted") == ("api_gateway", "RequestAdmitted")
     assert subjects.event_origin("nrt.route") is None
     with pytest.raises(ValueError, match="RouterFired"):
         contract.first_publisher("RouterFired")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgspec
 
-from nrt.cli.up import SERVICES, metrics_ports, metrics_urls
-from nrt.stack import endpoints
+from nrt.entrypoints.cli.up import SERVICES, metrics_ports, metrics_urls
+from nrt.entrypoints.stack import endpoints
 
 
 def test_each_service_but_the_gateway_gets_its_own_metrics_port() -> None:

@@ -1,4 +1,4 @@
-"""``nrt.retry``: the backoff loop the recorder, the outbox relay and the remote tier share (no sleeping: the waits are recorded)."""
+"""``nrt.adapters.retry``: the backoff loop the recorder, the outbox relay and the remote tier share (no sleeping: the waits are recorded)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from nrt import retry as retry_module
-from nrt.retry import Backoff, Stopped, retry
+from nrt.adapters import retry as retry_module
+from nrt.adapters.retry import Backoff, Stopped, retry
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import msgspec
 import numpy as np
 import pytest
 
-from nrt.events import RouterCalibrated, TierChanged, decode, encode
-from nrt.manifest import parse_manifest
-from nrt.protocol import Calibration
-from nrt.routing import (
+from nrt.core.events import RouterCalibrated, TierChanged, decode, encode
+from nrt.core.manifest import parse_manifest
+from nrt.core.protocol import Calibration
+from nrt.core.routing import (
     Scored,
     classification_prompt,
     classify_request,
@@ -24,10 +24,10 @@ from nrt.routing import (
     router_examples,
     threshold_in_force,
 )
-from nrt.routing.calibration import FLOOR_POSITION, calibrate
-from nrt.routing.index import IntentIndex, build_index
-from nrt.routing.rules import RULES, Rule, score
-from nrt.state import fold
+from nrt.core.state import fold
+from nrt.hosting.embeddings.calibration import FLOOR_POSITION, calibrate
+from nrt.hosting.embeddings.index import IntentIndex, build_index
+from nrt.hosting.embeddings.rules import RULES, Rule, score
 
 DIM = 32
 

@@ -11,16 +11,16 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
+from tools import settings_doc
 
 from api_gateway.settings import GatewaySettings
 from cluster_state.settings import ClusterStateSettings
-from nrt import settings_doc
-from nrt.bus.jetstream import StreamLimits
-from nrt.cli.main import cli
-from nrt.cli.settings import CliSettings
+from nrt.adapters.bus.jetstream import StreamLimits
+from nrt.adapters.settings import Settings, SettingsError, models_dir, nrt_home
+from nrt.core.policies import Tuning
+from nrt.entrypoints.cli.main import cli
+from nrt.entrypoints.cli.settings import CliSettings
 from nrt.hosting.remote.policy import RemotePolicy
-from nrt.policies import Tuning
-from nrt.settings import Settings, SettingsError, models_dir, nrt_home
 from router_svc.settings import RouterSettings
 from specialist_worker.settings import WorkerSettings
 
@@ -72,7 +72,11 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
     values = {
         "NRT_NATS_URL": ("nats://10.0.0.1:4222", "nats_url", "nats://10.0.0.1:4222"),
         "NRT_DATABASE_URL": ("postgresql://u@db:5432/x", "database_url", "postgresql://u@db:5432/x"),
-        "NRT_NATS_NKEY_SEED_FILE": ("/run/nrt/bus.nk", "nats_nkey_seed_file", Path("/run/nrt/bus.nk")),
+        "NRT_NATS_NKEY_SEED_FILE": (
+            "/run/nrt/bus.nk",
+            "nats_nkey_seed_file",
+            Path("/run/nrt/bus.nk"),
+        ),
         "NRT_NATS_TLS_CA": ("/etc/nrt/ca.pem", "nats_tls_ca", Path("/etc/nrt/ca.pem")),
         "NRT_HOME": (str(tmp_path), "home", tmp_path),
         "NRT_LOG_LEVEL": ("debug", "log_level", "DEBUG"),
@@ -225,7 +229,7 @@ def test_the_cli_reads_the_gateway_from_its_variable(monkeypatch: pytest.MonkeyP
 def test_the_readme_table_is_the_generated_one() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert settings_doc.table_in(readme) == settings_doc.generated_block(), (
-        "the README's configuration table is stale: run `python -m nrt.settings_doc --write README.md`"
+        "the README's configuration table is stale: run `python -m tools.settings_doc --write README.md`"
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from nrt.keys import weak
-from nrt.stack import keys as stack_keys
+from nrt.core.api_keys import weak
+from nrt.entrypoints.stack import keys as stack_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 

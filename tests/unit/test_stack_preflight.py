@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nrt.cli.up import readiness_problem
-from nrt.infra.ports import free_port, held_by, port_holders
-from nrt.stack import endpoints
-from nrt.stack.preflight import LOCK_FILE, StackInUseError, claimed, lock_data_dir, require_free_port
+from nrt.adapters.infra.ports import free_port, held_by, port_holders
+from nrt.entrypoints.cli.up import readiness_problem
+from nrt.entrypoints.stack import endpoints
+from nrt.entrypoints.stack.preflight import LOCK_FILE, StackInUseError, claimed, lock_data_dir, require_free_port
 
 
 def _listening() -> socket.socket:
@@ -76,7 +76,7 @@ def test_nrt_up_on_a_taken_port_fails_at_once_naming_the_holder_and_leaves_the_l
         env = {k: v for k, v in os.environ.items() if k not in ("NRT_NATS_URL", "NRT_DATABASE_URL")}
         began = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "nrt.cli.main", "up", "--port", str(port), "--data-dir", str(data_dir)],
+            [sys.executable, "-m", "nrt.entrypoints.cli.main", "up", "--port", str(port), "--data-dir", str(data_dir)],
             env=env,
             capture_output=True,
             text=True,

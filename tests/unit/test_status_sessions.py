@@ -6,7 +6,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from nrt.cli import client
+from nrt.entrypoints.cli import client
 
 STATE = {
     "cluster": "demo",

@@ -1,4 +1,4 @@
-"""What a follower keeps of cluster_state's fold when it starts from a snapshot (``nrt.state.stream``)."""
+"""What a follower keeps of cluster_state's fold when it starts from a snapshot (``nrt.core.state.stream``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from msgspec.structs import replace
 
-from nrt.events import (
+from nrt.core.events import (
     CONTROL_PLANE,
     ApiKeyCreated,
     ApiKeyRevoked,
@@ -22,10 +22,10 @@ from nrt.events import (
     WorkerJoined,
     WorkerLost,
 )
-from nrt.state import ClusterState, fold
-from nrt.state.stream import control_plane, followable, narrow
+from nrt.core.state import ClusterState, fold
+from nrt.core.state.stream import control_plane, followable, narrow
+from nrt.core.vocabulary import DrainOutcome, KeyScope, Reason
 from nrt.testing.traffic import traffic
-from nrt.vocabulary import DrainOutcome, KeyScope, Reason
 
 
 def _log(seed: int) -> list[Event]:

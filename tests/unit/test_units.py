@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nrt.units import format_size, parse_duration, parse_size
+from nrt.core.units import format_size, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-import nrt.inference
-import nrt.manifest
-import nrt.protocol
-from nrt.events import (
+import nrt.adapters.inference
+import nrt.core.manifest
+import nrt.core.protocol
+from nrt.core.events import (
     DrainCompleted,
     EventDecodeError,
     ModelPlaced,
@@ -20,9 +20,9 @@ from nrt.events import (
     decode,
     encode,
 )
-from nrt.protocol import ApplyResult, ControlCommand, ControlReply, PromoteModel
-from nrt.state import fold
-from nrt.vocabulary import ApplyOutcome, DrainOutcome, Priority, Reason, Tier
+from nrt.core.protocol import ApplyResult, ControlCommand, ControlReply, PromoteModel
+from nrt.core.state import fold
+from nrt.core.vocabulary import ApplyOutcome, DrainOutcome, Priority, Reason, Tier
 
 # Rows as the log holds them, written before the vocabulary existed (bare strings).
 STORED = [
@@ -136,9 +136,9 @@ def test_wire_messages_carry_the_same_types() -> None:
 
 
 def test_one_type_per_concept_wherever_it_is_imported_from() -> None:
-    assert nrt.manifest.Tier is Tier
-    assert nrt.manifest.Priority is Priority
-    assert nrt.inference.Tier is Tier  # the engine's registry holds the same tiers
-    assert nrt.inference.FinishReason is nrt.protocol.FinishReason
-    assert nrt.inference.ChatMessage is nrt.protocol.ChatMessage
-    assert nrt.inference.Usage is nrt.protocol.Usage
+    assert nrt.core.manifest.Tier is Tier
+    assert nrt.core.manifest.Priority is Priority
+    assert nrt.adapters.inference.Tier is Tier  # the engine's registry holds the same tiers
+    assert nrt.adapters.inference.FinishReason is nrt.core.protocol.FinishReason
+    assert nrt.adapters.inference.ChatMessage is nrt.core.protocol.ChatMessage
+    assert nrt.adapters.inference.Usage is nrt.core.protocol.Usage

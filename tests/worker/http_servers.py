@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import uvicorn
 from litestar import Litestar
 
-from nrt.infra import free_port
+from nrt.adapters.infra import free_port
 
 
 class _Server(uvicorn.Server):

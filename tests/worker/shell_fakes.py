@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from nrt.bus.errors import Unavailable
-from nrt.events import Event
+from nrt.adapters.bus.errors import Unavailable
+from nrt.adapters.inference import ArtifactRegistry
+from nrt.core.events import Event
+from nrt.core.manifest import ModelSpec
+from nrt.core.protocol import ControlCommand, ControlReply, PromoteModel, PromoteResult, WorkerHeartbeat
 from nrt.hosting.control import Control
 from nrt.hosting.model_host import ModelHost
 from nrt.hosting.serving import Serving
 from nrt.hosting.tiers import Tiers
-from nrt.inference import ArtifactRegistry
-from nrt.manifest import ModelSpec
-from nrt.protocol import ControlCommand, ControlReply, PromoteModel, PromoteResult, WorkerHeartbeat
 
 LLAMA = "catalogue://tiny-llama"
 PROMPT = "The quick brown fox"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from shell_fakes import LLAMA, Jobs, Subscribed, Unsubscribed
 
-from nrt.bus.errors import BadRequest, RemoteError, Unavailable
-from nrt.events import SessionKvEvicted, TierChanged
+from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
+from nrt.core.events import SessionKvEvicted, TierChanged
+from nrt.core.protocol import PromoteModel, PromoteResult
 from nrt.hosting.tiers import MAX_ERROR_CHARS, load_error
-from nrt.protocol import PromoteModel, PromoteResult
 
 
 def steps(jobs: Jobs) -> list[tuple[str, str, str, str, bool]]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from shell_fakes import LLAMA, Jobs
 
-from nrt.events import SessionTouched
+from nrt.adapters.inference import BatchingGenerator
+from nrt.core.events import SessionTouched
+from nrt.core.manifest import ModelSpec, Role, TurnTemplate
+from nrt.core.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.hosting.prompts import template_for
-from nrt.inference import BatchingGenerator
-from nrt.manifest import ModelSpec, Role, TurnTemplate
-from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
 
 # The assistant part writes the answer right after the cue, as the model wrote it: the tiny random
 # model's answers do not start with a space, so ``Agent: {content}`` would not extend turn 1's text.

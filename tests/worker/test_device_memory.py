@@ -10,7 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from nrt.device import Device
+from nrt.adapters.inference import ArtifactRegistry
+from nrt.core.device import Device
+from nrt.core.vocabulary import DeviceKind, Tier
 from nrt.hosting.device_memory import (
     NO_CUDA_PROVIDER,
     HostMemory,
@@ -23,8 +25,6 @@ from nrt.hosting.device_memory import (
 from nrt.hosting.model_host import ModelHost
 from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.hosting.resources import detect
-from nrt.inference import ArtifactRegistry
-from nrt.vocabulary import DeviceKind, Tier
 
 MB = 1 << 20
 CPU_ONLY = ["CPUExecutionProvider"]

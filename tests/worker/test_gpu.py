@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from nrt.events import TierChanged
+from nrt.adapters.inference import ArtifactRegistry
+from nrt.core.events import TierChanged
+from nrt.core.vocabulary import DeviceKind, Tier
 from nrt.hosting.device_memory import CudaMemory, detect_memory
 from nrt.hosting.model_host import ModelHost
 from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.inference import ArtifactRegistry
-from nrt.vocabulary import DeviceKind, Tier
 from worker_calls import control, events, generate
 
 pytestmark = pytest.mark.gpu

@@ -8,12 +8,12 @@ import logging
 import pytest
 from shell_fakes import LLAMA, Jobs, Shell
 
-from nrt.device import Device
-from nrt.events import Event, TierChanged, WorkerJoined, WorkerLost
+from nrt.core.device import Device
+from nrt.core.events import Event, TierChanged, WorkerJoined, WorkerLost
+from nrt.core.protocol import HostedModel, WorkerHeartbeat
+from nrt.core.vocabulary import DeviceKind
 from nrt.hosting.presence import Presence
 from nrt.hosting.resources import HostResources
-from nrt.protocol import HostedModel, WorkerHeartbeat
-from nrt.vocabulary import DeviceKind
 
 CPU = Device(kind=DeviceKind.CPU, id="cpu", name="a test CPU", total_bytes=16 << 30)
 RESOURCES = HostResources(

@@ -17,13 +17,13 @@ from anthropic_protocol_fixture import ANSWER, CACHE_READ_TOKENS, INPUT_TOKENS, 
 from http_servers import hang_up_after_request, serve_app
 from shell_fakes import Jobs
 
-from nrt.bus.errors import RemoteError
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.infra import free_port
+from nrt.core.manifest import ModelSpec, parse_manifest
+from nrt.core.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
+from nrt.core.vocabulary import Tier
 from nrt.hosting.remote.policy import RemotePolicy
 from nrt.hosting.remote.transport import RemoteClient
-from nrt.infra import free_port
-from nrt.manifest import ModelSpec, parse_manifest
-from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest, SamplingParams
-from nrt.vocabulary import Tier
 
 KEY_ENV = "NRT_TEST_ANTHROPIC_KEY"
 KEY = "sk-ant-fixture-key"

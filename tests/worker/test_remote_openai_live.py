@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "gateway"))
 
 from harness import API_KEY, Stack, record_keys, start_stack
 
-from nrt.bus.errors import RemoteError
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import RequestCompleted
-from nrt.infra import free_port
-from nrt.infra.embedded_nats import EmbeddedNats
-from nrt.keys import bootstrap_event, key_id_of, key_sha256
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.infra import free_port
+from nrt.adapters.infra.embedded_nats import EmbeddedNats
+from nrt.core.api_keys import bootstrap_event, key_id_of, key_sha256
+from nrt.core.events import RequestCompleted
+from nrt.core.vocabulary import KeyScope
 from nrt.testing.stacks import link_tiny_models
-from nrt.vocabulary import KeyScope
 from worker_calls import control
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

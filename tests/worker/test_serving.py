@@ -11,11 +11,18 @@ import msgspec
 import pytest
 from shell_fakes import LLAMA, PROMPT, Jobs
 
-from nrt.bus.errors import BadRequest, RemoteError, Unavailable
-from nrt.events import SessionOpened, SessionTouched, TierChanged
+from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
+from nrt.adapters.inference import BatchingGenerator, CausalLM
+from nrt.core.events import SessionOpened, SessionTouched, TierChanged
+from nrt.core.protocol import (
+    ClassifyRequest,
+    EmbedRequest,
+    GenerateChunk,
+    GenerateRequest,
+    PromoteModel,
+    SamplingParams,
+)
 from nrt.hosting import classify
-from nrt.inference import BatchingGenerator, CausalLM
-from nrt.protocol import ClassifyRequest, EmbedRequest, GenerateChunk, GenerateRequest, PromoteModel, SamplingParams
 
 
 def request(model_id: str, prompt: str = PROMPT, session_id: str | None = None, **params: object) -> GenerateRequest:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from shell_fakes import LLAMA, PROMPT, Jobs
 
-from nrt.events import SessionKvEvicted, SessionOpened
+from nrt.adapters.inference import BatchingGenerator
+from nrt.core.events import SessionKvEvicted, SessionOpened
+from nrt.core.manifest import ModelSpec, Role
+from nrt.core.protocol import GenerateChunk, GenerateRequest, SamplingParams
 from nrt.hosting.model_host import session_key
-from nrt.inference import BatchingGenerator
-from nrt.manifest import ModelSpec, Role
-from nrt.protocol import GenerateChunk, GenerateRequest, SamplingParams
 
 
 def turn(session_id: str, max_tokens: int = 3) -> GenerateRequest:

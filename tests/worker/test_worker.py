@@ -10,15 +10,15 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from nrt.bus import rpc, subjects
-from nrt.bus.broker import start_broker
-from nrt.bus.errors import RemoteError, Unavailable
-from nrt.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.errors import RemoteError, Unavailable
+from nrt.core.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
+from nrt.core.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
+from nrt.core.routing import examples_digest, intent_examples
+from nrt.core.vocabulary import DeviceKind
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
-from nrt.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
-from nrt.routing import examples_digest, intent_examples
-from nrt.vocabulary import DeviceKind
 from worker_calls import control, events, generate
 
 LLAMA = "catalogue://tiny-llama"

@@ -14,13 +14,13 @@ import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
 from shell_fakes import LLAMA, Jobs, Subscribed
 
-from nrt.bus import broker as bus
-from nrt.bus import subjects
-from nrt.bus.errors import RemoteError
-from nrt.events import TierChanged
-from nrt.protocol import ControlCommand, ControlReply, Health, HealthQuery
-from nrt.service import ServiceContext, health_subject, serve_health
-from nrt.settings import Settings
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.settings import Settings
+from nrt.core.events import TierChanged
+from nrt.core.protocol import ControlCommand, ControlReply, Health, HealthQuery
+from nrt.entrypoints.service import ServiceContext, health_subject, serve_health
 
 CONTROL = subjects.control("w-jobs")
 

@@ -3,10 +3,10 @@
 - Encoder models: the manifest's example utterances of each label are embedded once per
   (model, labels and examples) into an intent index, and the router's decision rule scores
   the text's embedding against it; the same index calibrates the router's confidence floor
-  (``nrt.routing.calibration``) when it is built.
+  (``nrt.hosting.embeddings.calibration``) when it is built.
 - Causal models: the log-likelihood of each label, and of "none of these", as the continuation
   of a classification prompt, computed with the KV cache of the prompt
-  (``nrt.routing.likelihood``: the confidence is the best label's odds against none).
+  (``nrt.core.routing.likelihood``: the confidence is the best label's odds against none).
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from nrt.hosting.model_host import Runtime
-from nrt.inference import CausalLM, Encoder
-from nrt.manifest import Manifest
-from nrt.protocol import Calibration, ClassifyRequest
-from nrt.routing import (
+from nrt.adapters.inference import CausalLM, Encoder
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import Calibration, ClassifyRequest
+from nrt.core.routing import (
     NONE_LABEL,
     Scored,
     classification_prompt,
@@ -33,9 +32,10 @@ from nrt.routing import (
     likelihood_scores,
     router_examples,
 )
-from nrt.routing.calibration import calibrate
-from nrt.routing.index import IntentIndex, build_index
-from nrt.routing.rules import score
+from nrt.hosting.embeddings.calibration import calibrate
+from nrt.hosting.embeddings.index import IntentIndex, build_index
+from nrt.hosting.embeddings.rules import score
+from nrt.hosting.model_host import Runtime
 
 
 class RouterIndex(msgspec.Struct, frozen=True):

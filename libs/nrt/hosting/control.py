@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import time
 
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.events import SessionKvEvicted
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.core.events import SessionKvEvicted
+from nrt.core.protocol import ControlCommand, ControlReply, PromoteModel
+from nrt.core.vocabulary import Reason, Tier
 from nrt.hosting.model_host import ModelHost
 from nrt.hosting.shell_ports import AskPromotion, EventSink
 from nrt.hosting.tiers import Tiers
-from nrt.protocol import ControlCommand, ControlReply, PromoteModel
-from nrt.vocabulary import Reason, Tier
 
 log = logging.getLogger("nrt.worker")
 

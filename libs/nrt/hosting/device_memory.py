@@ -26,9 +26,9 @@ from typing import Protocol
 
 import onnxruntime as ort
 
-from nrt.device import Device
-from nrt.inference.weights import CUDA
-from nrt.vocabulary import DeviceKind
+from nrt.adapters.inference.weights import CUDA
+from nrt.core.device import Device
+from nrt.core.vocabulary import DeviceKind
 
 log = logging.getLogger("nrt.worker")
 

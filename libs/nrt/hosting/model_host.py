@@ -1,6 +1,6 @@
 """The models this worker hosts: their tiers, and the runtimes built on the shared weights.
 
-Tier changes go through :class:`nrt.inference.ArtifactRegistry`, which shares one copy of
+Tier changes go through :class:`nrt.adapters.inference.ArtifactRegistry`, which shares one copy of
 an artifact's bytes (standby) and one ONNX Runtime session (resident) between every model
 id that uses it. A runtime — a :class:`BatchingGenerator` for a causal LM or an
 :class:`Encoder` — is built per artifact once its session exists, and dropped with it.
@@ -19,15 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nrt.bus.errors import BadRequest, Unavailable
+from nrt.adapters.bus.errors import BadRequest, Unavailable
+from nrt.adapters.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
+from nrt.adapters.inference.artifact import read_record
+from nrt.adapters.inference.weights import CUDA
+from nrt.adapters.metrics import ModelLoad
+from nrt.core.vocabulary import DeviceKind, Tier
 from nrt.hosting.device_memory import DeviceMemory, HostMemory
 from nrt.hosting.model_sources import LocalArtifact, RemoteEndpoint
 from nrt.hosting.session_table import SessionTable
-from nrt.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
-from nrt.inference.artifact import read_record
-from nrt.inference.weights import CUDA
-from nrt.metrics import ModelLoad
-from nrt.vocabulary import DeviceKind, Tier
 
 log = logging.getLogger("nrt.worker")
 

@@ -1,6 +1,6 @@
 """Manifest ``source`` strings to what the worker loads: a prepared artifact directory or a remote endpoint.
 
-Where a source is, or why it cannot be used here, is the catalogue's (``nrt.catalogue.locate``,
+Where a source is, or why it cannot be used here, is the catalogue's (``nrt.adapters.catalogue.locate``,
 which ``nrt manifest check`` uses too); this module turns that into the worker's load errors
 and adds what a remote endpoint needs: its key must be in the variable that holds it (a load
 fails at once, naming it).
@@ -14,8 +14,8 @@ from typing import Literal
 
 import msgspec
 
-from nrt.bus.errors import BadRequest, Unavailable
-from nrt.catalogue import (
+from nrt.adapters.bus.errors import BadRequest, Unavailable
+from nrt.adapters.catalogue import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_KEY_ENV,
     AnthropicSource,
@@ -29,7 +29,7 @@ from nrt.catalogue import (
     host_provider,
     locate,
 )
-from nrt.manifest import ModelSpec
+from nrt.core.manifest import ModelSpec
 
 log = logging.getLogger("nrt.worker")
 
@@ -68,7 +68,7 @@ def resolve(
 
     An artifact resolves to its variant for ``provider`` (default: the one this worker's sessions
     run on, ``cuda`` with onnxruntime-gpu and a GPU) when that is built, else to its root variant
-    (:func:`nrt.catalogue.locate`).
+    (:func:`nrt.adapters.catalogue.locate`).
     """
     provider = provider or host_provider()
     try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from nrt.adapters.inference import CausalLM, Encoder
+from nrt.adapters.inference.artifact import read_record
+from nrt.adapters.inference.weights import build_session, load_weights
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import ClassifyReply
+from nrt.core.routing import Decision, classify_request, decide, restrict
 from nrt.hosting import classify
 from nrt.hosting.model_sources import LocalArtifact, resolve
-from nrt.inference import CausalLM, Encoder
-from nrt.inference.artifact import read_record
-from nrt.inference.weights import build_session, load_weights
-from nrt.manifest import Manifest
-from nrt.protocol import ClassifyReply
-from nrt.routing import Decision, classify_request, decide, restrict
 
 OFFLINE_WORKER = "what-if"
 

@@ -15,12 +15,12 @@ import time
 
 import msgspec
 
-from nrt.events import Event, WorkerJoined, WorkerLost
+from nrt.core.events import Event, WorkerJoined, WorkerLost
+from nrt.core.protocol import HostedModel, WorkerHeartbeat
+from nrt.core.vocabulary import Reason, WorkerRole
 from nrt.hosting.model_host import ModelHost
 from nrt.hosting.resources import HostResources
 from nrt.hosting.shell_ports import Publisher, SendHeartbeat
-from nrt.protocol import HostedModel, WorkerHeartbeat
-from nrt.vocabulary import Reason, WorkerRole
 
 log = logging.getLogger("nrt.worker")
 

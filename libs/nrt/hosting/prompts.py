@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from nrt.inference import GenerationRequest, PromptTemplate, builtin_template
-from nrt.inference.templates import BUILTIN_TEMPLATES
-from nrt.manifest import Generation, ModelSpec
-from nrt.protocol import GenerateRequest, SamplingParams
+from nrt.adapters.inference import GenerationRequest, PromptTemplate, builtin_template
+from nrt.adapters.inference.templates import BUILTIN_TEMPLATES
+from nrt.core.manifest import Generation, ModelSpec
+from nrt.core.protocol import GenerateRequest, SamplingParams
 
 DEFAULT_TEMPLATE = "plain-chat"
 

@@ -7,10 +7,10 @@ import socket
 
 import msgspec
 
-from nrt.device import Device
+from nrt.adapters.inference.weights import CPU, CUDA
+from nrt.core.device import Device
+from nrt.core.vocabulary import DeviceKind
 from nrt.hosting.device_memory import DeviceMemory, detect_memory, total_ram_bytes
-from nrt.inference.weights import CPU, CUDA
-from nrt.vocabulary import DeviceKind
 
 
 class HostResources(msgspec.Struct, frozen=True, kw_only=True):

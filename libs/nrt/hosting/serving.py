@@ -17,19 +17,11 @@ from typing import Protocol
 
 import msgspec
 
-from nrt.bus.errors import BadRequest, RemoteError
-from nrt.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
-from nrt.hosting import classify
-from nrt.hosting.inflight import InFlight
-from nrt.hosting.model_host import ModelHost, session_key
-from nrt.hosting.model_sources import RemoteEndpoint
-from nrt.hosting.prompts import generation_request
-from nrt.hosting.remote import answer as remote
-from nrt.hosting.remote.transport import RemoteClient
-from nrt.hosting.shell_ports import EventSink, SpecLookup
-from nrt.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
-from nrt.manifest import Manifest
-from nrt.protocol import (
+from nrt.adapters.bus.errors import BadRequest, RemoteError
+from nrt.adapters.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
+from nrt.core.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.core.manifest import Manifest
+from nrt.core.protocol import (
     Calibration,
     ClassifyReply,
     ClassifyRequest,
@@ -38,7 +30,15 @@ from nrt.protocol import (
     GenerateChunk,
     GenerateRequest,
 )
-from nrt.vocabulary import Reason, Tier
+from nrt.core.vocabulary import Reason, Tier
+from nrt.hosting import classify
+from nrt.hosting.inflight import InFlight
+from nrt.hosting.model_host import ModelHost, session_key
+from nrt.hosting.model_sources import RemoteEndpoint
+from nrt.hosting.prompts import generation_request
+from nrt.hosting.remote import answer as remote
+from nrt.hosting.remote.transport import RemoteClient
+from nrt.hosting.shell_ports import EventSink, SpecLookup
 
 log = logging.getLogger("nrt.worker")
 

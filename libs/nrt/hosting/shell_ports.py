@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from nrt.events import Event
-from nrt.manifest import ModelSpec
-from nrt.protocol import PromoteModel, PromoteResult, WorkerHeartbeat
+from nrt.core.events import Event
+from nrt.core.manifest import ModelSpec
+from nrt.core.protocol import PromoteModel, PromoteResult, WorkerHeartbeat
 
 SpecLookup = Callable[[str], ModelSpec | None]  # a model's spec in the manifest in force; None without one
 SendHeartbeat = Callable[[WorkerHeartbeat], Awaitable[None]]  # -> nrt.workers.heartbeat

@@ -11,13 +11,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from nrt.bus.errors import RemoteError
-from nrt.events import TierChanged
+from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.metrics import WorkerMetrics
+from nrt.core.events import TierChanged
+from nrt.core.vocabulary import Reason, Tier
 from nrt.hosting.model_host import ModelHost, Transition
 from nrt.hosting.model_sources import resolve
 from nrt.hosting.shell_ports import EventSink, Loaded, ModelSubjects, SpecLookup
-from nrt.metrics import WorkerMetrics
-from nrt.vocabulary import Reason, Tier
 
 MAX_ERROR_CHARS = 1000  # of a failed load's reason in its event: enough to act on, bounded
 

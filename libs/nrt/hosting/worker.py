@@ -11,7 +11,7 @@ The same worker, with the router role, is the entry model's worker inside router
 The jobs are plain typed handlers; this module connects them to the bus. The control plane
 (control commands, heartbeats, the promote request to cluster_state) is on the service's
 FastStream broker; the hot path (``nrt.infer.<model_id>``, streamed to the caller's inbox)
-is on raw nats-py over the broker's connection (``nrt.bus.rpc``; ``bench.gateway`` measures why).
+is on raw nats-py over the broker's connection (``nrt.adapters.bus.rpc``; ``bench.gateway`` measures why).
 """
 
 from __future__ import annotations
@@ -30,26 +30,17 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import CollectorRegistry
 
-from nrt.bus import broker as bus
-from nrt.bus import rpc, subjects
-from nrt.bus.contract import Service
-from nrt.bus.errors import DeadlineExceeded
-from nrt.bus.follow import EventFollower
-from nrt.bus.jetstream import EventPublisher
-from nrt.events import ManifestApplied
-from nrt.hosting.control import Control
-from nrt.hosting.device_memory import DeviceMemory, memory_of
-from nrt.hosting.model_host import ModelHost
-from nrt.hosting.presence import Presence
-from nrt.hosting.remote.policy import RemotePolicy
-from nrt.hosting.remote.transport import RemoteClient
-from nrt.hosting.resources import HostResources
-from nrt.hosting.serving import Serving
-from nrt.hosting.tiers import Tiers
-from nrt.inference import ArtifactRegistry
-from nrt.manifest import ModelSpec
-from nrt.metrics import WorkerMetrics
-from nrt.protocol import (
+from nrt.adapters.bus import broker as bus
+from nrt.adapters.bus import rpc, subjects
+from nrt.adapters.bus.contract import Service
+from nrt.adapters.bus.errors import DeadlineExceeded
+from nrt.adapters.bus.follow import EventFollower
+from nrt.adapters.bus.jetstream import EventPublisher
+from nrt.adapters.inference import ArtifactRegistry
+from nrt.adapters.metrics import WorkerMetrics
+from nrt.core.events import ManifestApplied
+from nrt.core.manifest import ModelSpec
+from nrt.core.protocol import (
     Accepted,
     Cancel,
     ClassifyRequest,
@@ -60,7 +51,16 @@ from nrt.protocol import (
     PromoteResult,
     WorkerHeartbeat,
 )
-from nrt.vocabulary import Reason, WorkerRole
+from nrt.core.vocabulary import Reason, WorkerRole
+from nrt.hosting.control import Control
+from nrt.hosting.device_memory import DeviceMemory, memory_of
+from nrt.hosting.model_host import ModelHost
+from nrt.hosting.presence import Presence
+from nrt.hosting.remote.policy import RemotePolicy
+from nrt.hosting.remote.transport import RemoteClient
+from nrt.hosting.resources import HostResources
+from nrt.hosting.serving import Serving
+from nrt.hosting.tiers import Tiers
 
 log = logging.getLogger("nrt.worker")
 

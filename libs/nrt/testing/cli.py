@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 def nrt_cli(*args: str) -> tuple[int, str, str]:
     """``nrt ARGS``: its exit code, stdout and stderr."""
-    from nrt.cli.main import cli
+    from nrt.entrypoints.cli.main import cli
 
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.stdout, result.stderr

@@ -1,6 +1,6 @@
 """Build tiny, seeded ONNX models for the inference tests (export-time deps: torch, transformers, optimum).
 
-These helpers are test/benchmark tooling only; the runtime under ``libs/nrt/inference`` never
+These helpers are test/benchmark tooling only; the runtime under ``libs/nrt/adapters/inference`` never
 imports torch, transformers or optimum.
 """
 

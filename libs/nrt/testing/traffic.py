@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from nrt.events import (
+from nrt.core.events import (
     Event,
     ManifestApplied,
     ModelPlaced,
@@ -20,7 +20,7 @@ from nrt.events import (
     TierChanged,
     WorkerJoined,
 )
-from nrt.vocabulary import Reason, Tier
+from nrt.core.vocabulary import Reason, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

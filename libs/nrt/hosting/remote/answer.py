@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+from nrt.core.manifest import ModelSpec
+from nrt.core.protocol import ChatMessage, GenerateChunk, GenerateRequest
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.prompts import requested_generation
 from nrt.hosting.remote import anthropic_messages, openai_chat
 from nrt.hosting.remote.call import Piece, RemoteCall
 from nrt.hosting.remote.transport import RemoteClient
-from nrt.manifest import ModelSpec
-from nrt.protocol import ChatMessage, GenerateChunk, GenerateRequest
 
 Wire = Callable[[RemoteClient, RemoteEndpoint, RemoteCall], AsyncIterator[Piece]]
 WIRES: dict[str, Wire] = {"openai": openai_chat.chat, "anthropic": anthropic_messages.chat}

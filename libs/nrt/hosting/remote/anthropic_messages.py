@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from nrt.core.protocol import FinishReason, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
 from nrt.hosting.remote.transport import RemoteClient
-from nrt.protocol import FinishReason, Usage
 
 API_VERSION = "2023-06-01"
 

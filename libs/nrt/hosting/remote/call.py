@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nrt.protocol import ChatMessage, FinishReason, Usage
+from nrt.core.protocol import ChatMessage, FinishReason, Usage
 
 
 @dataclass(frozen=True, slots=True)

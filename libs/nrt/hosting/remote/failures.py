@@ -21,7 +21,7 @@ from time import time
 import httpx
 import msgspec
 
-from nrt.bus.errors import RemoteError
+from nrt.adapters.bus.errors import RemoteError
 from nrt.hosting.model_sources import RemoteEndpoint
 
 DETAIL_CHARS = 300  # how much of an endpoint's error body a message quotes

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from nrt.bus.errors import RemoteError
+from nrt.adapters.bus.errors import RemoteError
+from nrt.core.protocol import FinishReason, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
 from nrt.hosting.remote.transport import RemoteClient
-from nrt.protocol import FinishReason, Usage
 
 DONE = "[DONE]"
 

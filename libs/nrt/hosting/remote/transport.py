@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import httpx
 import msgspec
 
+from nrt.adapters.retry import Backoff, retry
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures
 from nrt.hosting.remote.policy import RemotePolicy
-from nrt.retry import Backoff, retry
 
 log = logging.getLogger("nrt.worker.remote")
 

@@ -1,0 +1,69 @@
+"""Connecting to NATS with reconnects that never give up, and logging what happens."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from nrt.adapters.bus.credentials import BusCredentials
+from nrt.adapters.settings import Settings
+
+log = logging.getLogger("nrt.adapters.bus")
+
+
+def credentials_of(settings: Settings) -> BusCredentials:
+    """The bus credentials a process's settings name (NRT_NATS_NKEY_SEED_FILE, NRT_NATS_TLS_CA)."""
+    return BusCredentials(seed_file=settings.nats_nkey_seed_file, tls_ca=settings.nats_tls_ca)
+
+
+def reconnecting(
+    url: str,
+    name: str,
+    connect_timeout: float = 5.0,
+    credentials: BusCredentials | None = None,
+    on_disconnect: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """nats-py's options for a connection named ``name`` that reconnects forever and logs what happens
+    (also what every service's FastStream broker connects with), authenticated by ``credentials``
+    (by default, those the environment names; none: anonymous). ``on_disconnect`` is called each time
+    the connection drops, before the reconnect attempts: what was in flight on it may never be answered."""
+    if credentials is None:
+        credentials = credentials_of(Settings.from_env())
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats %s: %s", name, exc)
+
+    async def on_disconnected() -> None:
+        log.warning("nats %s: disconnected from %s", name, url)
+        if on_disconnect is not None:
+            on_disconnect()
+
+    async def on_reconnected() -> None:
+        log.info("nats %s: reconnected", name)
+
+    return {
+        "name": name,
+        "connect_timeout": int(max(1, connect_timeout)),
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 1,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnected,
+        "reconnected_cb": on_reconnected,
+        **credentials.options(),
+    }
+
+
+async def connect(
+    url: str, name: str, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
+) -> Client:
+    """A NATS connection named ``name`` that reconnects forever with backoff (see ``reconnecting``)."""
+    options = reconnecting(url, name, connect_timeout, credentials)
+    try:
+        return await nats.connect(url, **options)
+    except Exception as exc:
+        raise ConnectionError(f"cannot connect to NATS at {url}: {exc}") from exc

@@ -1,0 +1,134 @@
+"""The JetStream stream that carries every event, and publishing to it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
+from nats.js.errors import NotFoundError
+
+from nrt.adapters.bus import subjects
+from nrt.adapters.bus.contract import Service, first_publisher
+from nrt.adapters.bus.tracing import inject
+from nrt.adapters.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS, EventsStreamSettings
+from nrt.core.events import VERSION_HEADER, Event, EventDecodeError, encode, schema_version
+
+DUPLICATE_WINDOW_S = 120.0  # a re-published event id within this window is dropped by JetStream
+
+log = logging.getLogger("nrt.adapters.bus.jetstream")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How much of the log the events stream keeps: PostgreSQL holds all of it, the stream only the recent
+    part (a follower that starts behind the stream's first message takes a snapshot from cluster_state).
+    0 means no limit. cluster_state's recorder must never lag further behind than this: what the stream
+    drops before the recorder stored it is lost to the log."""
+
+    max_msgs: int = EVENTS_STREAM_MAX_MSGS
+    max_age_s: float = EVENTS_STREAM_MAX_AGE_S
+
+    @classmethod
+    def of(cls, settings: EventsStreamSettings) -> StreamLimits:
+        return cls(max_msgs=settings.events_stream_max_msgs, max_age_s=settings.events_stream_max_age_s)
+
+    def __post_init__(self) -> None:
+        if self.max_msgs < 0 or self.max_age_s < 0:
+            raise ValueError(
+                f"stream limits must not be negative (max_msgs={self.max_msgs}, max_age_s={self.max_age_s})"
+            )
+
+    @property
+    def jetstream_max_msgs(self) -> int:
+        return self.max_msgs or -1  # JetStream's "no limit"
+
+    def matches(self, config: StreamConfig) -> bool:
+        """Whether an existing stream's configuration has these limits."""
+        max_msgs = config.max_msgs if config.max_msgs is not None else -1
+        max_age = config.max_age or 0.0
+        return max_msgs == self.jetstream_max_msgs and abs(max_age - self.max_age_s) < 1e-3
+
+
+async def ensure_events_stream(
+    js: JetStreamContext,
+    name: str = subjects.EVENTS_STREAM,
+    limits: StreamLimits | None = None,
+    *,
+    update: bool = False,
+) -> StreamInfo:
+    """Create the events stream if it does not exist (file storage, deduplicated by event id, the oldest
+    messages discarded beyond ``limits``); with ``update`` (the stream's owners: cluster_state, ``nrt up``),
+    bring an existing stream's limits to ``limits``. Returns the stream's info."""
+    limits = limits or StreamLimits()
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        return await js.add_stream(
+            StreamConfig(
+                name=name,
+                subjects=[subjects.EVENTS_ALL],
+                storage=StorageType.FILE,
+                retention=RetentionPolicy.LIMITS,
+                discard=DiscardPolicy.OLD,
+                duplicate_window=DUPLICATE_WINDOW_S,
+                max_msgs=limits.jetstream_max_msgs,
+                max_age=limits.max_age_s,
+            )
+        )
+    if not update or limits.matches(info.config):
+        return info
+    config = replace(info.config, max_msgs=limits.jetstream_max_msgs, max_age=limits.max_age_s)
+    updated = await js.update_stream(config)
+    log.info(
+        "stream %s now keeps at most %s messages for at most %s (was %s messages, %s)",
+        name,
+        limits.max_msgs or "any number of",
+        f"{limits.max_age_s:g} s" if limits.max_age_s else "any time",
+        info.config.max_msgs,
+        f"{info.config.max_age:g} s" if info.config.max_age else "any time",
+    )
+    return updated
+
+
+def event_subject(type_name: str, service: Service | None) -> str:
+    """The subject ``service`` publishes an event of ``type_name`` on; with no service, the subject of the
+    type's first publisher in the contract (tools and tests on an open bus)."""
+    return subjects.event(service or first_publisher(type_name), type_name)
+
+
+def event_headers(event: Event) -> dict[str, str]:
+    """A message's headers for ``event``: its id as the message id (JetStream drops a re-sent id), its
+    schema version (readers upcast an older one), and the caller's trace context."""
+    return inject({"Nats-Msg-Id": event.event_id, VERSION_HEADER: str(schema_version(event.type))})
+
+
+def message_version(headers: Mapping[str, str] | None) -> int:
+    """The schema version of a message's body: its version header; a message without one was published
+    before events carried it and is read as version 1 (upcasters accept later bodies too)."""
+    value = (headers or {}).get(VERSION_HEADER)
+    if value is None:
+        return 1
+    try:
+        return int(value)
+    except ValueError:
+        raise EventDecodeError(f"the {VERSION_HEADER} header {value!r} is not a version number") from None
+
+
+class EventPublisher:
+    """Publishes events to JetStream as ``service``; the event id is the message id, so a retry is never stored
+    twice. Without a service each event goes out as its type's first publisher (``event_subject``)."""
+
+    def __init__(self, nc: Client, timeout: float = 5.0, *, service: Service | None = None) -> None:
+        self.js = nc.jetstream(timeout=timeout)
+        self.service = service
+
+    async def publish(self, event: Event) -> int:
+        """Publish ``event``; returns its JetStream sequence once the stream has stored it."""
+        ack = await self.js.publish(
+            event_subject(event.type, self.service), encode(event), headers=event_headers(event)
+        )
+        return ack.seq

@@ -1,0 +1,120 @@
+"""ONNX export and quantisation steps shared by the builders.
+
+torch, transformers, optimum and onnx are imported inside the functions: they are
+export-only dependencies (the ``export`` extra) and the runtime never loads this module's
+imports unless it builds a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE
+from nrt.adapters.inference.errors import ArtifactError
+
+_NOISY_LOGGERS = ("transformers", "optimum", "onnxruntime", "torch")
+
+
+def untyped(module: str) -> Any:
+    """Import an export-only library lazily, as ``Any`` (transformers' own annotations are partial)."""
+    return importlib.import_module(module)
+
+
+def offline() -> None:
+    """Conversion never reaches a model hub: everything comes from installed packages."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the exporters' warnings and progress chatter for the duration of a step."""
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS] + [logging.getLogger()]
+    saved = [(logger, logger.level) for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
+def export_causal_lm(model: Any, work: Path, *, add_position_ids: bool = False) -> Path:
+    """Export a transformers causal LM with past key values; returns the export directory.
+
+    The graph takes ``input_ids``, ``attention_mask``, ``position_ids`` (added for
+    architectures whose optimum config omits it, when ``add_position_ids``) and
+    ``past_key_values.{i}.key/value``, and returns ``logits`` and ``present.{i}.key/value``.
+    """
+    offline()
+    from optimum.exporters.onnx import onnx_export_from_model
+    from optimum.exporters.tasks import TasksManager
+
+    output = work / "export"
+    custom: dict[str, Any] | None = None
+    if add_position_ids:
+        base = TasksManager.get_exporter_config_constructor(
+            exporter="onnx", model=model, task="text-generation-with-past", library_name="transformers"
+        ).func
+
+        class WithPositionIds(base):  # type: ignore[misc,valid-type]
+            @property
+            def inputs(self) -> dict[str, dict[int, str]]:
+                common: dict[str, dict[int, str]] = super().inputs
+                common["position_ids"] = {0: "batch_size", 1: "sequence_length"}
+                return common
+
+        custom = {
+            "model": WithPositionIds(model.config, task="text-generation", use_past=True, use_past_in_inputs=True)
+        }
+    with quiet():
+        onnx_export_from_model(
+            model,
+            output,
+            task="text-generation-with-past",
+            custom_onnx_configs=custom,
+            do_validation=False,
+        )
+    require_single_file(output)
+    return output
+
+
+def export_feature_extraction(model: Any, work: Path) -> Path:
+    """Export a transformers encoder for feature extraction (``last_hidden_state``)."""
+    offline()
+    from optimum.exporters.onnx import onnx_export_from_model
+
+    output = work / "export"
+    with quiet():
+        onnx_export_from_model(model, output, task="feature-extraction", do_validation=False)
+    require_single_file(output)
+    return output
+
+
+def require_single_file(directory: Path) -> None:
+    """The runtime loads ``model.onnx`` from bytes: external data files are not allowed."""
+    model = directory / MODEL_FILE
+    if not model.is_file():
+        raise ArtifactError(f"the export produced no {MODEL_FILE} in {directory}")
+    external = sorted(p.name for p in directory.iterdir() if p.name.endswith((".onnx_data", ".onnx.data", ".data")))
+    if external:
+        raise ArtifactError(f"the export wrote external data files ({', '.join(external)}); the model must be one file")
+
+
+def move_export(export: Path, staging: Path, *, include_model: bool = True) -> None:
+    """Move the exported ``model.onnx`` (optionally) and ``config.json`` into the artifact."""
+    names = (MODEL_FILE, CONFIG_FILE) if include_model else (CONFIG_FILE,)
+    for name in names:
+        shutil.move(export / name, staging / name)

@@ -1,0 +1,159 @@
+"""Map a manifest ``source`` string to what it names, without touching the disk or network.
+
+* ``catalogue://<name>``       a built-in catalogue model (prepared once, cached)
+* ``file:///abs/dir`` or a plain path (``./models/x``, ``/srv/x``, ``~/x``)
+                               a local ONNX export directory (optimum layout)
+* ``http(s)://host/.../v1``    a remote OpenAI-compatible endpoint (nothing to prepare)
+* ``anthropic://<model>``      a model behind the Anthropic Messages API (nothing to prepare);
+                               reached at ``https://api.anthropic.com`` unless the manifest's
+                               ``base_url`` says otherwise, its key in ``$ANTHROPIC_API_KEY``
+                               unless ``api_key_env`` names another variable
+
+Anything else, e.g. ``hf://neurometric/router-1b-v2``, is a :class:`SourceError` that says
+why it cannot be used offline and how to map it to a real artifact. Resolution is pure;
+:mod:`nrt.adapters.catalogue.artifacts` does the I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+from urllib.parse import unquote, urlsplit
+
+import msgspec
+
+from nrt.adapters.catalogue.catalogue import catalogue_names
+
+CATALOGUE_SCHEME = "catalogue"
+ANTHROPIC_SCHEME = "anthropic"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # where an anthropic:// model is reached by default
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"  # the variable holding its key, unless api_key_env names another
+REMOTE_SCHEMES = ("http", "https", ANTHROPIC_SCHEME)  # sources served by the remote tier
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+class SourceError(ValueError):
+    """A source string that does not name an artifact NRT can use (the message says how to fix it)."""
+
+
+class CatalogueSource(msgspec.Struct, frozen=True, tag="catalogue"):
+    name: str
+
+    def __str__(self) -> str:
+        return f"{CATALOGUE_SCHEME}://{self.name}"
+
+
+class LocalSource(msgspec.Struct, frozen=True, tag="local"):
+    path: str  # as written, joined to base_dir when relative; "~" is expanded by prepare
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class RemoteSource(msgspec.Struct, frozen=True, tag="remote"):
+    base_url: str  # an OpenAI-compatible API root ending in /v1, no trailing slash
+
+    def __str__(self) -> str:
+        return self.base_url
+
+
+class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
+    model: str  # the model's name at the Anthropic Messages API, e.g. claude-haiku-3
+
+    def __str__(self) -> str:
+        return f"{ANTHROPIC_SCHEME}://{self.model}"
+
+
+ResolvedSource = CatalogueSource | LocalSource | RemoteSource | AnthropicSource
+
+
+def resolve_source(source: str, *, base_dir: PurePath | None = None) -> ResolvedSource:
+    """What ``source`` names. Relative paths are taken relative to ``base_dir`` (e.g. the manifest's folder)."""
+    text = source.strip()
+    if not text:
+        raise SourceError("the source is empty; " + _how_to_map())
+    match = _SCHEME.match(text)
+    if match is None:
+        return LocalSource(path=_join(base_dir, text))
+    scheme = match.group(1).lower()
+    if scheme == CATALOGUE_SCHEME:
+        return _catalogue(text, text[match.end() :])
+    if scheme == "file":
+        return _file(text, base_dir)
+    if scheme in ("http", "https"):
+        return _remote(text)
+    if scheme == ANTHROPIC_SCHEME:
+        return _anthropic(text, text[match.end() :])
+    if scheme == "hf" and text[match.end() :].lower().startswith("anthropic/"):
+        raise SourceError(
+            f"source {source!r}: Anthropic models are not on the Hugging Face hub; serve one on the remote tier "
+            f"as `source: anthropic://claude-haiku-3` with `tier: remote` (its key in ${ANTHROPIC_KEY_ENV}, "
+            f"or in the variable `api_key_env` names)"
+        )
+    raise SourceError(
+        f"source {source!r}: the {scheme}:// scheme cannot be fetched here (NRT runs offline and only "
+        f"reads artifacts already on this machine). " + _how_to_map()
+    )
+
+
+def _catalogue(text: str, rest: str) -> CatalogueSource:
+    name = rest.strip("/")
+    if name not in catalogue_names():
+        raise SourceError(f"source {text!r}: {name!r} is not in the catalogue; available: {_names()}")
+    return CatalogueSource(name=name)
+
+
+def _file(text: str, base_dir: PurePath | None) -> LocalSource:
+    parts = urlsplit(text)
+    if parts.netloc not in ("", "localhost"):
+        raise SourceError(f"source {text!r}: file:// URLs must name a local path (file:///abs/dir)")
+    path = unquote(parts.path)
+    if not path:
+        raise SourceError(f"source {text!r}: the file:// URL has no path")
+    return LocalSource(path=_join(base_dir, path))
+
+
+def _remote(text: str) -> RemoteSource:
+    parts = urlsplit(text)
+    path = parts.path.rstrip("/")
+    if not parts.hostname:
+        raise SourceError(f"source {text!r}: the URL has no host")
+    if not path.endswith("/v1"):
+        raise SourceError(
+            f"source {text!r}: a remote source must be the base URL of an OpenAI-compatible API, "
+            f"ending in /v1 (e.g. https://api.example.com/v1)"
+        )
+    if parts.query or parts.fragment:
+        raise SourceError(f"source {text!r}: a remote base URL takes no query or fragment")
+    return RemoteSource(base_url=f"{parts.scheme.lower()}://{parts.netloc}{path}")
+
+
+def _anthropic(text: str, rest: str) -> AnthropicSource:
+    name = rest.strip("/")
+    if not _MODEL_NAME.match(name):
+        raise SourceError(
+            f"source {text!r}: expected anthropic://<model name>, e.g. anthropic://claude-haiku-3 "
+            f"(letters, digits and . _ : @ -)"
+        )
+    return AnthropicSource(model=name)
+
+
+def _join(base_dir: PurePath | None, path: str) -> str:
+    if base_dir is None or path.startswith(("/", "~")):
+        return path
+    return str(base_dir / path)
+
+
+def _names() -> str:
+    return ", ".join(f"catalogue://{name}" for name in catalogue_names())
+
+
+def _how_to_map() -> str:
+    return (
+        f"Map it to a real artifact: a built-in model ({_names()}), or a local ONNX export directory "
+        f"in optimum layout (model.onnx, tokenizer.json, config.json; e.g. `source: ./models/my-router-onnx`, "
+        f"exported with `optimum-cli export onnx --task text-generation-with-past`), "
+        f"or, for tier remote, an OpenAI-compatible endpoint (`source: https://host/v1`) "
+        f"or an Anthropic model (`source: anthropic://claude-haiku-3`)."
+    )

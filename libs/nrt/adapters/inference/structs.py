@@ -1,0 +1,48 @@
+"""Public request and response structures of the generation engine."""
+
+from __future__ import annotations
+
+import msgspec
+
+from nrt.core.protocol import FinishReason, Timings, Usage
+
+__all__ = ["Chunk", "FinishReason", "GenerationRequest", "Timings", "Usage"]
+
+
+class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One completion request. Give ``prompt`` text, or ``prompt_ids`` already tokenized.
+
+    ``temperature == 0`` is greedy. ``seed`` makes sampling reproducible per request.
+    ``max_tokens`` defaults to whatever the context window leaves after the prompt.
+    ``session_id`` keeps the KV cache after the reply so the next turn of the same
+    conversation prefills only its new tokens. ``ignore_eos`` is for benchmarks.
+    ``stream=False`` delivers the whole answer as one chunk when it finishes: the caller's
+    event loop is woken once per request instead of once per token.
+    """
+
+    prompt: str = ""
+    prompt_ids: tuple[int, ...] | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # sample from the k most likely tokens only (0: all)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    session_id: str | None = None
+    ignore_eos: bool = False
+    request_id: str = ""
+    stream: bool = True
+
+
+class Chunk(msgspec.Struct, frozen=True, kw_only=True):
+    """One streamed piece: the text it adds (UTF-8 safe) and the token ids behind it.
+
+    The last chunk of a request has ``finish_reason``, ``usage`` and ``timings`` set.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    stop_sequence: str | None = None  # the stop sequence that ended the answer (finish_reason "stop"), if one did

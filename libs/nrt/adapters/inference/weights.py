@@ -1,0 +1,91 @@
+"""Tiers as objects: ``Weights`` (standby: the model bytes in RAM) and a live session (resident)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnxruntime as ort
+
+from nrt.adapters.inference.artifact import MODEL_FILE, require_file
+from nrt.adapters.inference.errors import ArtifactError
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Weights:
+    """The standby tier: one artifact's ``model.onnx`` bytes held in RAM, no session."""
+
+    artifact_dir: Path
+    data: bytes = field(repr=False)
+    load_ms: float
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+def load_weights(artifact_dir: Path | str) -> Weights:
+    """Read ``model.onnx`` into memory (standby). The file must be self-contained."""
+    directory = Path(artifact_dir).resolve()
+    path = require_file(directory, MODEL_FILE)
+    for external in ("model.onnx_data", "model.onnx.data"):
+        if (directory / external).exists():
+            raise ArtifactError(
+                f"{directory} stores weights in an external data file ({external}); the engine "
+                "builds sessions from bytes and needs one self-contained model.onnx"
+            )
+    started = time.perf_counter()
+    data = path.read_bytes()
+    return Weights(artifact_dir=directory, data=data, load_ms=(time.perf_counter() - started) * 1e3)
+
+
+def select_providers(available: Sequence[str] | None = None) -> list[str]:
+    """CUDA first when onnxruntime-gpu offers it, CPU always as the fallback."""
+    offered = list(ort.get_available_providers() if available is None else available)
+    return [CUDA, CPU] if CUDA in offered else [CPU]
+
+
+def session_options(intra_op_threads: int | None = None, *, spin: bool = False) -> ort.SessionOptions:
+    """Options for a serving session.
+
+    ONNX Runtime's intra-op threads spin-wait after each run by default: back-to-back runs
+    start sooner on a machine the session has to itself, but on shared cores (several
+    models, the services and the servers on one host) the spinning takes the CPU the other
+    processes need. Off unless ``spin`` (``NRT_WORKER_ORT_SPIN=1`` for a dedicated worker).
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only: CUDA-missing fallbacks are reported by us
+    if intra_op_threads:
+        options.intra_op_num_threads = intra_op_threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    return options
+
+
+def build_session(
+    weights: Weights,
+    providers: Sequence[str] | None = None,
+    *,
+    intra_op_threads: int | None = None,
+    spin: bool = False,
+) -> ort.InferenceSession:
+    """The resident tier: a live ONNX Runtime session built from the in-memory bytes.
+
+    ``providers`` defaults to :func:`select_providers`. ONNX Runtime silently falls back to
+    CPU when CUDA is offered but no GPU is usable: :func:`active_provider` tells which one won.
+    """
+    chosen = list(providers) if providers is not None else select_providers()
+    return ort.InferenceSession(
+        weights.data, sess_options=session_options(intra_op_threads, spin=spin), providers=chosen
+    )
+
+
+def active_provider(session: ort.InferenceSession) -> str:
+    """The execution provider actually serving the session (the first one ORT kept)."""
+    providers: list[str] = session.get_providers()
+    return providers[0] if providers else CPU

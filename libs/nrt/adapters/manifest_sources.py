@@ -1,0 +1,75 @@
+"""What the manifest needs from the model catalogue: footprints, sources this machine cannot use, warnings.
+
+The catalogue brings its builders and ONNX Runtime with it, so it is imported on the first
+lookup, not with this module: the gateway and cluster_state import this module and stay light
+until a manifest actually needs a footprint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nrt.core.manifest import Manifest, Problem
+from nrt.core.manifest.parse import model_key_paths
+from nrt.core.manifest.yamltree import parse_yaml, render_path
+
+
+def footprint_of(source: str) -> int | None:
+    """Bytes a model from ``source`` needs: the prepared artifact's size, else the catalogue's
+    estimate, else the ONNX file of a local directory; None when unknown (remote, unresolvable)."""
+    from nrt.adapters.catalogue import (
+        CatalogueSource,
+        LocalSource,
+        SourceError,
+        find_prepared,
+        get_entry,
+        resolve_source,
+    )
+    from nrt.adapters.inference.artifact import MODEL_FILE
+
+    try:
+        resolved = resolve_source(source)
+    except SourceError:
+        return None
+    if isinstance(resolved, CatalogueSource):
+        prepared = find_prepared(resolved.name)
+        return prepared.record.total_bytes if prepared is not None else get_entry(resolved.name).approx_bytes
+    if isinstance(resolved, LocalSource):
+        model = Path(resolved.path).expanduser() / MODEL_FILE
+        return model.stat().st_size if model.is_file() else None
+    return None
+
+
+def source_warnings(manifest: Manifest) -> list[str]:
+    """One line per model whose source cannot be served offline, saying how to fix it: what
+    :func:`unusable_sources` finds on any machine (``nrt manifest check --no-sources`` warns of it)."""
+    from nrt.adapters.catalogue import SourceError, resolve_source
+
+    warnings = []
+    for spec in manifest.models:
+        try:
+            resolve_source(spec.source)
+        except SourceError as exc:
+            warnings.append(f"{spec.id}: {exc}")
+    return warnings
+
+
+def unusable_sources(manifest: Manifest) -> list[Problem]:
+    """Each model whose source a worker on this machine could not use, as a problem at its ``source``
+    line: a source NRT cannot fetch (``hf://``), an unknown catalogue model, a local directory with
+    no ONNX export. A catalogue model not prepared yet is usable (``nrt up`` prepares it). Resolved
+    as a worker resolves it (:func:`nrt.adapters.catalogue.locate`), without reading weights."""
+    from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
+
+    provider = host_provider()
+    lines = parse_yaml(manifest.text)
+    problems = []
+    for spec, path in zip(manifest.models, model_key_paths(manifest.models), strict=True):
+        try:
+            locate(spec.source, provider)
+        except NotPrepared:
+            continue
+        except SourceError as exc:
+            key = (*path, "source")
+            problems.append(Problem(render_path(key), str(exc), lines.line(key)))
+    return problems

@@ -1,0 +1,52 @@
+"""The pure routing core: which model answers a chat request, and why.
+
+No I/O here. ``router_svc`` asks the entry model for label scores and calls this core;
+the gateway uses ``resolve_model`` to tell routed from direct calls. The label set
+always comes from the manifest: scores for any other label are dropped. An encoder
+router's decision rules (``nrt.hosting.embeddings.rules``), its example index (``nrt.hosting.embeddings.index``)
+and the floor it calibrates from its own examples (``nrt.hosting.embeddings.calibration``) live here
+too, so they run wherever the router model does; they use numpy and are imported from
+their modules by whoever scores embeddings, so this package stays light for the gateway.
+"""
+
+from nrt.core.routing.decision import (
+    Decision,
+    ModelCall,
+    classify_request,
+    decide,
+    resolve_model,
+    restrict,
+)
+from nrt.core.routing.examples import IntentExamples, examples_digest, intent_examples, router_examples
+from nrt.core.routing.likelihood import (
+    NONE_LABEL,
+    classification_prompt,
+    likelihood_calibration,
+    likelihood_scores,
+)
+from nrt.core.routing.placement import serving_workers
+from nrt.core.routing.scored import Scored
+from nrt.core.routing.text import routing_text
+from nrt.core.routing.threshold import Threshold, threshold_in_force
+
+__all__ = [
+    "NONE_LABEL",
+    "Decision",
+    "IntentExamples",
+    "ModelCall",
+    "Scored",
+    "Threshold",
+    "classification_prompt",
+    "classify_request",
+    "decide",
+    "examples_digest",
+    "intent_examples",
+    "likelihood_calibration",
+    "likelihood_scores",
+    "resolve_model",
+    "restrict",
+    "router_examples",
+    "routing_text",
+    "serving_workers",
+    "threshold_in_force",
+]

@@ -1,0 +1,28 @@
+"""The cluster state folded from the event log."""
+
+from nrt.core.state.fold import evolve, fold
+from nrt.core.state.model import (
+    ApiKey,
+    ClusterState,
+    Counters,
+    KeyUsage,
+    LoadFailure,
+    ModelState,
+    Placement,
+    SessionState,
+    WorkerState,
+)
+
+__all__ = [
+    "ApiKey",
+    "ClusterState",
+    "Counters",
+    "KeyUsage",
+    "LoadFailure",
+    "ModelState",
+    "Placement",
+    "SessionState",
+    "WorkerState",
+    "evolve",
+    "fold",
+]

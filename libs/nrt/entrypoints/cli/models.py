@@ -1,0 +1,300 @@
+"""``nrt models``: list, prepare and inspect the model catalogue's artifacts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from nrt.adapters import settings
+from nrt.adapters.catalogue import (
+    CATALOGUE,
+    PROVIDERS,
+    ROOT_PROVIDER,
+    AnthropicSource,
+    ArtifactError,
+    ArtifactRecord,
+    LocalSource,
+    PreparedArtifact,
+    Provider,
+    RemoteSource,
+    SourceError,
+    UnknownModelError,
+    default_providers,
+    get_entry,
+    parse_provider,
+    prepare,
+    prepare_local,
+    prepare_steps,
+    resolve_source,
+    status,
+    statuses,
+)
+from nrt.adapters.catalogue.record import encode_record
+
+EXIT_UNKNOWN = 2
+
+_out = Console()
+
+
+@click.group(name="models")
+def models() -> None:
+    """The model catalogue: built-in models converted to ONNX once and cached under NRT_HOME."""
+
+
+@models.command(name="list")
+def list_models() -> None:
+    """List the catalogue's models, whether each is prepared, and its size."""
+    table = Table(title=f"Model catalogue ({settings.models_dir()})")
+    for column in ("name", "kind", "prepared", "size", "variants", "description"):
+        table.add_column(column, overflow="fold")
+    for entry in CATALOGUE:
+        current = status(entry.name)
+        if current.state == "ready" and current.record is not None:
+            prepared, size = "[green]yes[/green]", _size(current.record.total_bytes)
+        else:
+            prepared, size = _STATE_LABELS.get(current.state, current.state), f"~{_size(entry.approx_bytes)}"
+        variants = ", ".join(
+            f"{variant.provider} {variant.quantization}"
+            + ("" if state.state == "ready" else f" ({_STATE_LABELS.get(state.state, state.state)})")
+            for variant, state in zip(entry.variants, statuses(entry.name), strict=True)
+        )
+        table.add_row(entry.name, entry.kind, prepared, size, variants, entry.description)
+    _out.print(table)
+
+
+_STATE_LABELS = {"missing": "no", "stale": "[yellow]stale[/yellow]", "invalid": "[red]invalid[/red]"}
+_PROVIDER_CHOICES = (*PROVIDERS, "all")
+
+
+@models.command(name="prepare")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
+@click.option(
+    "--provider",
+    "providers",
+    multiple=True,
+    type=click.Choice(_PROVIDER_CHOICES),
+    help="The variant(s) to build: cpu (the root artifact: int8 or fp32), cuda (fp16, for a GPU; it builds on "
+    "a CPU host too), or all. Repeatable. Default: cpu, plus cuda where onnxruntime offers CUDA.",
+)
+def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
+    """Build the artifact of catalogue model NAME (or check a local ONNX directory / source)."""
+    if name not in {entry.name for entry in CATALOGUE}:
+        _prepare_source(name)
+        return
+    entry = get_entry(name)
+    chosen = _chosen_providers(providers)
+    wanted = [variant.provider for variant in entry.variants if variant.provider in chosen]
+    for provider in sorted(set(chosen) - {variant.provider for variant in entry.variants}):
+        click.echo(f"{name} has no {provider} variant: its {entry.root.provider} artifact serves {provider} as it is")
+    if not wanted:
+        wanted = [entry.root.provider]
+    todo = wanted
+    if not force:
+        started = time.perf_counter()
+        todo = []
+        for provider in wanted:
+            current = status(name, provider=provider, checksums=True)
+            label = _variant_label(name, provider)
+            if current.state == "ready" and current.record is not None:
+                elapsed = time.perf_counter() - started
+                click.echo(
+                    f"{label} is already prepared and verified (sha256 of {len(current.record.files)} files, "
+                    f"{elapsed:.1f} s): {current.directory} ({_size(current.record.total_bytes)})"
+                )
+                continue
+            todo.append(provider)
+            if current.state != "missing":
+                click.echo(f"{label} is {current.state}: {current.problem}; rebuilding")
+        if not todo:
+            return
+    steps = prepare_steps(entry, todo)
+    started = time.perf_counter()
+    try:
+        with _StepProgress(steps, title=name) as progress:
+            prepare(name, providers=todo, force=force, progress=progress)
+    except ArtifactError as exc:
+        _fail(f"prepare {name} failed: {exc}", 1)
+    elapsed = time.perf_counter() - started
+    for provider in todo:
+        built = status(name, provider=provider)
+        size = _size(built.record.total_bytes) if built.record is not None else "?"
+        click.echo(f"prepared {_variant_label(name, provider)} in {elapsed:.0f} s: {built.directory} ({size})")
+
+
+def _chosen_providers(options: tuple[str, ...]) -> tuple[Provider, ...]:
+    if not options:
+        return default_providers()
+    if "all" in options:
+        return PROVIDERS
+    return tuple(parse_provider(option) for option in options)
+
+
+def _variant_label(name: str, provider: Provider) -> str:
+    return name if provider == ROOT_PROVIDER else f"{name} ({provider} variant)"
+
+
+@models.command(name="info")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print only the record, as JSON.")
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDERS),
+    default=ROOT_PROVIDER,
+    show_default=True,
+    help="Whose variant's record to print.",
+)
+def info(name: str, as_json: bool, provider: str) -> None:
+    """Show a model's variants (provider, quantization, size, path, whether built) and the record
+    (nrt-artifact.json) of one of them; or the record of a local ONNX directory."""
+    if name not in {entry.name for entry in CATALOGUE}:
+        artifact = _local_artifact(name)
+        _print_record(artifact, as_json)
+        return
+    entry = get_entry(name)
+    chosen = parse_provider(provider)
+    if entry.variant(chosen) is None:
+        _fail(f"{name} has no {chosen} variant: its {entry.root.provider} artifact serves {chosen} as it is", 1)
+    if not as_json:
+        _print_variants(name)
+    current = status(name, provider=chosen)
+    if current.state != "ready" or current.record is None:
+        flag = "" if chosen == ROOT_PROVIDER else f" --provider {chosen}"
+        _fail(
+            f"{_variant_label(name, chosen)} ({entry.kind}, ~{_size(entry.serving(chosen).approx_bytes)}) "
+            "is not prepared"
+            + (f" ({current.state}: {current.problem})" if current.problem else "")
+            + f"; run: nrt models prepare {name}{flag}",
+            1,
+        )
+    _print_record(PreparedArtifact(directory=current.directory, record=current.record), as_json)
+
+
+def _print_variants(name: str) -> None:
+    table = Table(title=f"{name}: variants")
+    for column in ("provider", "quantization", "built", "size", "path"):
+        table.add_column(column, overflow="fold")
+    entry = get_entry(name)
+    for variant, current in zip(entry.variants, statuses(name), strict=True):
+        if current.state == "ready" and current.record is not None:
+            built, size = "[green]yes[/green]", _size(current.record.total_bytes)
+        else:
+            built = _STATE_LABELS.get(current.state, current.state)
+            size = f"~{_size(variant.approx_bytes)}"
+        table.add_row(variant.provider, variant.quantization, built, size, str(current.directory))
+    _out.print(table)
+
+
+def _prepare_source(text: str) -> None:
+    artifact = _local_artifact(text)
+    click.echo(
+        f"{artifact.record.name} ({artifact.record.kind}) is usable: {artifact.directory} "
+        f"({_size(artifact.record.total_bytes)})"
+    )
+
+
+def _local_artifact(text: str) -> PreparedArtifact:
+    """A local directory named by a path or source string; exits 2 for anything else."""
+    try:
+        source = resolve_source(text)
+    except SourceError as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    if isinstance(source, RemoteSource | AnthropicSource):
+        click.echo(f"{source} is a remote endpoint: nothing to prepare")
+        sys.exit(0)
+    if not isinstance(source, LocalSource):
+        return _ready_catalogue(source.name)
+    path = Path(source.path).expanduser()
+    if not path.is_dir():
+        _fail(str(UnknownModelError(text)) + " (and it is not a local ONNX directory)", EXIT_UNKNOWN)
+    try:
+        return prepare_local(path)
+    except ArtifactError as exc:
+        _fail(f"{path} is not a usable artifact: {exc}", 1)
+
+
+def _ready_catalogue(name: str) -> PreparedArtifact:
+    try:
+        return prepare(name)
+    except ArtifactError as exc:
+        _fail(f"prepare {name} failed: {exc}", 1)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(code)
+
+
+def _print_record(artifact: PreparedArtifact, as_json: bool) -> None:
+    text = encode_record(artifact.record).decode()
+    if as_json:
+        click.echo(text, nl=False)
+        return
+    record: ArtifactRecord = artifact.record
+    click.echo(f"{record.name} ({record.kind}) at {artifact.directory}, {_size(record.total_bytes)}")
+    _out.print_json(text)
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+class _StepProgress:
+    """A rich progress bar over a build's steps; each finished step is printed with its duration."""
+
+    def __init__(self, steps: tuple[str, ...], title: str) -> None:
+        self._steps = steps
+        self._title = title
+        self._bar = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=_out,
+        )
+        self._task: TaskID | None = None
+        self._current: str | None = None
+        self._since = 0.0
+
+    def __enter__(self) -> _StepProgress:
+        self._bar.start()
+        self._task = self._bar.add_task(self._title, total=len(self._steps))
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if error is None:
+            self._finish_current()
+        elif self._current is not None:
+            self._bar.console.print(
+                f"[red]✗[/red] {escape(self._current)} (failed after {time.perf_counter() - self._since:.1f} s)"
+            )
+        self._bar.stop()
+
+    def step(self, description: str) -> None:
+        self._finish_current()
+        self._current = description
+        self._since = time.perf_counter()
+        if self._task is not None:
+            self._bar.update(self._task, description=escape(f"{self._title}: {description}"))
+
+    def _finish_current(self) -> None:
+        if self._current is None or self._task is None:
+            return
+        self._bar.console.print(f"[green]✓[/green] {escape(self._current)} ({time.perf_counter() - self._since:.1f} s)")
+        self._bar.advance(self._task)
+        self._current = None
