@@ -7,7 +7,7 @@ examples as its ``intents``, one specialist per intent, and a fallback. Every te
 then goes through what the worker and router_svc do: the embedding of the request (one at a
 time, as requests arrive), a decision rule over the example index (``nrt.hosting.embeddings.rules``), the
 floor (``nrt.hosting.embeddings.calibration`` from the examples only; or a fixed 0.35; or none) and the
-manifest's dispatch rule (``nrt.core.routing.decide``).
+manifest's dispatch rule (``nrt.core.routing.choose_route``).
 
 Per decision rule x threshold it prints in-scope accuracy (the request reached its intent's
 specialist), out-of-scope recall (an out-of-scope request reached the fallback), fallback
@@ -36,7 +36,7 @@ from nrt.adapters.catalogue import prepare
 from nrt.adapters.inference import Encoder
 from nrt.core.manifest import Manifest, parse_manifest
 from nrt.core.protocol import Calibration
-from nrt.core.routing import decide, examples_digest, intent_examples, threshold_in_force
+from nrt.core.routing import choose_route, examples_digest, intent_examples, threshold_in_force
 from nrt.hosting.embeddings.calibration import calibrate
 from nrt.hosting.embeddings.index import FloatArray, IntentIndex, build_index
 from nrt.hosting.embeddings.rules import ROUTER_RULE, RULES, Rule, score
@@ -114,9 +114,9 @@ def evaluate(
 ) -> Outcome:
     """Route every test vector as router_svc would, and count where each one went."""
     fallback = manifest.dispatch_target(None)
-    hits = sum(decide(manifest, score(index, v, rule), calibration).target == label for label, v in tests)
-    misrouted_in = sum(decide(manifest, score(index, v, rule), calibration).target == fallback for _, v in tests)
-    caught = sum(decide(manifest, score(index, v, rule), calibration).target == fallback for v in out_of_scope)
+    hits = sum(choose_route(manifest, score(index, v, rule), calibration).target == label for label, v in tests)
+    misrouted_in = sum(choose_route(manifest, score(index, v, rule), calibration).target == fallback for _, v in tests)
+    caught = sum(choose_route(manifest, score(index, v, rule), calibration).target == fallback for v in out_of_scope)
     sent = caught + misrouted_in
     return Outcome(
         in_scope=hits / len(tests), out_of_scope=caught / len(out_of_scope), precision=caught / sent if sent else None

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from api_gateway.app import create_app
-from api_gateway.runtime import Runtime
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.settings import GatewaySettings
 from nrt.adapters.metrics import serve_metrics
 from nrt.adapters.settings import SettingsError
@@ -32,7 +32,9 @@ async def serve(settings: GatewaySettings) -> None:
     setup_tracing(SERVICE)  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set, like every service
     app = create_app(settings)
     # GET /metrics on the HTTP port; also on a metrics port of its own when NRT_METRICS_PORT is set
-    metrics = serve_metrics(SERVICE, app.state.runtime.metrics.registry, settings.metrics_port, settings.metrics_host)
+    metrics = serve_metrics(
+        SERVICE, app.state.cluster_link.metrics.registry, settings.metrics_port, settings.metrics_host
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -41,10 +43,10 @@ async def serve(settings: GatewaySettings) -> None:
         loop="uvloop" if settings.uvloop else "asyncio",  # what this process runs on (see run_loop)
     )
     server = _Server(config)
-    runtime: Runtime = app.state.runtime
+    cluster_link: ClusterLink = app.state.cluster_link
 
     def stop() -> None:
-        runtime.closing.set()  # end the open event feeds, or uvicorn waits for their clients to leave
+        cluster_link.closing.set()  # end the open event feeds, or uvicorn waits for their clients to leave
         server.should_exit = True
 
     loop = asyncio.get_running_loop()

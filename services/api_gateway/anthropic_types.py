@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from api_gateway.bounds import AnthropicTemperature, TopK, TopP
 from api_gateway.openai_types import NrtInfo
 
 # -- requests ---------------------------------------------------------------------------
@@ -38,9 +39,9 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     max_tokens: int
     messages: list[MessageParam]
     system: str | list[BlockIn] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: AnthropicTemperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: Metadata | None = None

@@ -8,11 +8,9 @@ conversation id when no ``X-NRT-Session`` header is sent.
 
 from __future__ import annotations
 
-import math
-
 from api_gateway.anthropic_types import BlockIn, MessagesRequest
 from api_gateway.errors import ApiError
-from api_gateway.validate import MAX_STOP, ChatCall, no_tools, session_from
+from api_gateway.validate import MAX_STOP, ChatCall, check_max_tokens, no_tools, session_from
 from nrt.core.protocol import ChatMessage, Role, SamplingParams
 
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
@@ -87,22 +85,9 @@ def _text(content: str | list[BlockIn], where: str) -> str:
 
 
 def _params(request: MessagesRequest, limit: int) -> SamplingParams:
-    if not 1 <= request.max_tokens <= limit:
-        raise ApiError(
-            400,
-            f"'max_tokens' must be between 1 and {limit}, got {request.max_tokens}",
-            code="invalid_value",
-            param="max_tokens",
-        )
-    temperature, top_p, top_k = request.temperature, request.top_p, request.top_k
-    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 1.0):
-        raise ApiError(
-            400, f"'temperature' must be between 0 and 1, got {temperature}", code="invalid_value", param="temperature"
-        )
-    if top_p is not None and not (math.isfinite(top_p) and 0.0 < top_p <= 1.0):
-        raise ApiError(400, f"'top_p' must be in (0, 1], got {top_p}", code="invalid_value", param="top_p")
-    if top_k is not None and top_k < 1:
-        raise ApiError(400, f"'top_k' must be at least 1, got {top_k}", code="invalid_value", param="top_k")
+    """The sampling parameters; their bounds were enforced by the request's types (``api_gateway.bounds``)
+    when the body was decoded, but for ``max_tokens``' upper limit, a setting."""
+    check_max_tokens("max_tokens", request.max_tokens, limit)
     stop = tuple(request.stop_sequences or ())
     if len(stop) > MAX_STOP or not all(stop):
         raise ApiError(
@@ -111,4 +96,10 @@ def _params(request: MessagesRequest, limit: int) -> SamplingParams:
             code="invalid_value",
             param="stop_sequences",
         )
-    return SamplingParams(max_tokens=request.max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, stop=stop)
+    return SamplingParams(
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        stop=stop,
+    )

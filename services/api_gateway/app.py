@@ -29,17 +29,17 @@ from litestar.logging.config import LoggingConfig
 
 from api_gateway.body import GatewayRequest
 from api_gateway.cluster import cluster_state, get_manifest, list_models, manifest_options, put_manifest
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
 from api_gateway.dashboard import ui_router
 from api_gateway.errors import exception_handlers
 from api_gateway.events_feed import event_stream
 from api_gateway.health import health, healthz, readyz
-from api_gateway.keys import create_key, keys_options, list_keys, revoke_key
+from api_gateway.keys_endpoints import create_key, keys_options, list_keys, revoke_key
 from api_gateway.messages import create_message
 from api_gateway.metrics import metrics
 from api_gateway.openapi_docs import document_chat_request, document_messages_request, openapi_config
-from api_gateway.runtime import Runtime
 from api_gateway.settings import GatewaySettings
 
 log = logging.getLogger("api_gateway")
@@ -47,7 +47,7 @@ log = logging.getLogger("api_gateway")
 
 def create_app(settings: GatewaySettings | None = None) -> Litestar:
     settings = settings or GatewaySettings.from_env()
-    runtime = Runtime(settings)
+    cluster_link = ClusterLink(settings)
     if not settings.auth:
         log.warning(
             "NRT_AUTH=off: AUTHENTICATION IS OFF. Anyone who reaches this gateway may chat, swap the manifest "
@@ -56,14 +56,14 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        await runtime.start()
+        await cluster_link.start()
         try:
             yield
         finally:
-            await runtime.stop()
+            await cluster_link.stop()
 
-    def provide_runtime() -> Runtime:
-        return runtime
+    def provide_cluster_link() -> ClusterLink:
+        return cluster_link
 
     app = Litestar(
         route_handlers=[
@@ -86,7 +86,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             event_stream,
             ui_router(),
         ],
-        dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
+        dependencies={"cluster_link": Provide(provide_cluster_link, sync_to_thread=False)},
         exception_handlers=exception_handlers(settings.max_body_bytes),  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,
         request_class=GatewayRequest,
@@ -95,7 +95,7 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
         # the service shell configured logging (format, level) for every NRT service: keep it
         logging_config=LoggingConfig(configure_root_logger=False),
     )
-    app.state.runtime = runtime
+    app.state.cluster_link = cluster_link
     document_chat_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     document_messages_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     return app

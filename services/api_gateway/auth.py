@@ -23,7 +23,7 @@ from nrt.core.api_keys import allows, find_key, key_id_of, key_sha256
 from nrt.core.vocabulary import KeyScope
 
 if TYPE_CHECKING:
-    from api_gateway.runtime import Runtime
+    from api_gateway.cluster_link import ClusterLink
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 CALLER_STATE = "nrt_caller"  # the request-state key the guards leave the Caller under
@@ -46,11 +46,11 @@ def presented_key(headers: Headers) -> str | None:
     return other or None
 
 
-def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> Caller:
+def authorize(cluster_link: ClusterLink, headers: Headers, needed: KeyScope) -> Caller:
     """The caller of a request with ``headers``; raises the ApiError it gets unless its key may do
     what needs ``needed`` now."""
     token = presented_key(headers)
-    if not runtime.settings.auth:
+    if not cluster_link.settings.auth:
         return Caller(key_id=key_id_of(key_sha256(token)) if token is not None else None, admin=True)
     if token is None:
         raise ApiError(
@@ -60,7 +60,7 @@ def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> Caller:
             code="invalid_api_key",
             headers=CHALLENGE,
         )
-    key = find_key(runtime.require().follower.state.api_keys, token)
+    key = find_key(cluster_link.require().follower.state.api_keys, token)
     if key is None:
         raise ApiError(401, "the API key is not valid (unknown or revoked)", code="invalid_api_key", headers=CHALLENGE)
     if not allows(key, needed):
@@ -69,7 +69,7 @@ def authorize(runtime: Runtime, headers: Headers, needed: KeyScope) -> Caller:
             f"this needs an {needed} key; key {key.key_id} ({key.name}) has scope {key.scope}",
             code="insufficient_scope",
         )
-    refusal = runtime.limiter.admit(key)
+    refusal = cluster_link.limiter.admit(key)
     if refusal is not None:
         raise ApiError(
             429,
@@ -88,8 +88,8 @@ def caller(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
 
 
 def _guard(connection: ASGIConnection[Any, Any, Any, Any], needed: KeyScope) -> None:
-    runtime: Runtime = connection.app.state.runtime
-    connection.state[CALLER_STATE] = authorize(runtime, connection.headers, needed)
+    cluster_link: ClusterLink = connection.app.state.cluster_link
+    connection.state[CALLER_STATE] = authorize(cluster_link, connection.headers, needed)
 
 
 def infer_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

@@ -4,9 +4,12 @@ Litestar decodes ``data`` bodies with msgspec, which recurses once per level of 
 nested a thousand deep ends in a ``RecursionError`` (a 500), and bytes that are not UTF-8 inside
 a value nobody reads pass unchecked. The gateway's request class decodes bodies here instead:
 each problem is a 400 in the OpenAI error shape that names it (a ``NaN`` or ``Infinity``, which
-JSON has not, by the key path of the field it is in). Litestar then converts the
-value to the handler's type laxly (``"1"`` for 1, ``0`` for false): the gateway checks it
-strictly first, so that it accepts only what its OpenAPI schema says.
+JSON has not, by the key path of the field it is in).
+
+A body is decoded once, straight into the handler's request type, strictly (no ``"1"`` for 1, no
+``0`` for false), so the gateway accepts only what its OpenAPI schema says; the type's bounds
+(``api_gateway.bounds``) are enforced in the same pass. Litestar takes the decoded request as it
+is. Only a body that fails goes through the slower path that finds what to say about it.
 """
 
 from __future__ import annotations
@@ -14,14 +17,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
 from litestar.exceptions import ValidationException
 
+from api_gateway.bounds import bound_of, out_of_bounds
 from api_gateway.errors import ApiError
 
+S = TypeVar("S", bound=msgspec.Struct)
+_BOUND = re.compile(r"^Expected `\w+` (?:>=|<=|>|<) ")  # msgspec's message for a value out of its Meta bounds
 MAX_DEPTH = 64  # levels of arrays and objects: an OpenAI request needs about 6 (tool schemas, more)
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
@@ -47,16 +53,7 @@ def nested_deeper_than(body: bytes, limit: int) -> bool:
 
 def decode_json_body(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """The body as Python values (msgspec's builtins), or a 400 naming what is wrong with it."""
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ApiError(
-            400, f"the request body is not valid UTF-8 ({exc.reason} at byte {exc.start})", code="invalid_encoding"
-        ) from None
-    if nested_deeper_than(body, max_depth):
-        raise ApiError(
-            400, f"the request body nests arrays and objects more than {max_depth} levels deep", code="too_deep"
-        )
+    check_text(body, max_depth)
     try:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
@@ -118,21 +115,47 @@ def _first_not_finite(value: Any, path: str) -> tuple[str, _NotFinite] | None:
     return None
 
 
-def conform(value: Any, target: Any) -> Any:
-    """``value``, if it is a ``target`` without conversions (no strings for numbers, no numbers for
-    booleans; a number with no fraction, such as ``2.0``, is an integer, as JSON Schema has it);
-    else Litestar's ``ValidationException``, its 400 for any invalid body."""
+def check_text(body: bytes, max_depth: int = MAX_DEPTH) -> None:
+    """A 400 unless the body is UTF-8 nested at most ``max_depth`` levels deep."""
     try:
-        msgspec.convert(value, target, strict=True)
-    except msgspec.ValidationError:
-        value = _whole_numbers_as_ints(value)
-        try:
-            msgspec.convert(value, target, strict=True)
-        except msgspec.ValidationError as exc:
-            text, _, where = str(exc).partition(" - at `$")
-            key = where.rstrip("`").lstrip(".") or "data"  # Litestar's key: the body itself is "data"
-            raise ValidationException(detail=text, extra=[{"message": text, "key": key, "source": "body"}]) from None
-    return value
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400, f"the request body is not valid UTF-8 ({exc.reason} at byte {exc.start})", code="invalid_encoding"
+        ) from None
+    if nested_deeper_than(body, max_depth):
+        raise ApiError(
+            400, f"the request body nests arrays and objects more than {max_depth} levels deep", code="too_deep"
+        )
+
+
+def decode_request(body: bytes, target: type[S]) -> S:
+    """The body as a ``target``, decoded once and strictly; or the 400 that names what is wrong."""
+    check_text(body)
+    try:
+        return msgspec.json.decode(body, type=target)
+    except (msgspec.ValidationError, RecursionError):
+        pass  # below: a number with no fraction for an integer, or a clear 400
+    except msgspec.DecodeError:
+        decode_json_body(body)  # raises the 400 that says why (NaN, malformed)
+        raise
+    return conform(decode_json_body(body), target)
+
+
+def conform(value: Any, target: type[S]) -> S:
+    """``value`` as a ``target`` without conversions (no strings for numbers, no numbers for
+    booleans; a number with no fraction, such as ``2.0``, is an integer, as JSON Schema has it);
+    else the 400 for a value out of its bounds (``api_gateway.bounds``), or Litestar's
+    ``ValidationException``, its 400 for any other invalid body."""
+    try:
+        return msgspec.convert(_whole_numbers_as_ints(value), target, strict=True)
+    except msgspec.ValidationError as exc:
+        text, _, where = str(exc).partition(" - at `$")
+        key = where.rstrip("`").lstrip(".") or "data"  # Litestar's key: the body itself is "data"
+        meta = bound_of(target, key) if _BOUND.match(text) else None
+        if meta is not None and isinstance(value, dict):
+            raise ApiError(400, out_of_bounds(key, meta, value.get(key)), code="invalid_value", param=key) from None
+        raise ValidationException(detail=text, extra=[{"message": text, "key": key, "source": "body"}]) from None
 
 
 def _whole_numbers_as_ints(value: Any) -> Any:
@@ -151,8 +174,8 @@ class GatewayRequest(Request[Any, Any, Any]):
     against the handler's ``data`` type."""
 
     async def json(self) -> Any:
-        value = decode_json_body(await self.body() or b"null")
+        body = await self.body() or b"null"
         data = self.route_handler.parsed_fn_signature.parameters.get("data")
         if data is not None and isinstance(data.annotation, type) and issubclass(data.annotation, msgspec.Struct):
-            return conform(value, data.annotation)
-        return value
+            return decode_request(body, data.annotation)
+        return decode_json_body(body)

@@ -11,10 +11,10 @@ from litestar.params import FromQuery, RawBody
 from msgspec.structs import replace
 
 from api_gateway.auth import admin_key, caller, infer_key
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors, options_handler
-from api_gateway.runtime import Runtime
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import call
 from nrt.adapters.bus.errors import RemoteError
@@ -34,8 +34,8 @@ log = logging.getLogger("api_gateway")
     summary="Every model of the manifest in force, with its declared tier and where it is loaded",
     responses=errors(503, *KEYED),
 )
-async def list_models(runtime: NamedDependency[Runtime]) -> ModelList:
-    bus = runtime.require()
+async def list_models(cluster_link: NamedDependency[ClusterLink]) -> ModelList:
+    bus = cluster_link.require()
     manifest = bus.gate.manifest()
     created = int(bus.gate.applied_at.timestamp()) if bus.gate.applied_at is not None else 0
     return ModelList(
@@ -95,7 +95,7 @@ STATE_TIMEOUT = 2.0
     guards=[infer_key],
     summary="The folded cluster state, as cluster_state recorded it",
     description=(
-        "cluster_state's fold of the PostgreSQL event log (`nrt.core.state.get`): what `nrt replay` computes. "
+        "cluster_state's fold of the PostgreSQL event log (`nrt.state.get`): what `nrt replay` computes. "
         "When cluster_state does not answer, the gateway's own fold of the control-plane events "
         "(manifest, drains, workers, placements and tiers; no request or session counts), marked "
         f"`{STATE_SOURCE_HEADER}: gateway` (else `cluster_state`). `api_keys` (hashes and usage) is "
@@ -103,8 +103,10 @@ STATE_TIMEOUT = 2.0
     ),
     responses=errors(503, *KEYED),
 )
-async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any, Any, Any]) -> Response[ClusterState]:
-    bus = runtime.require()
+async def cluster_state(
+    cluster_link: NamedDependency[ClusterLink], request: Request[Any, Any, Any]
+) -> Response[ClusterState]:
+    bus = cluster_link.require()
     try:
         state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=STATE_TIMEOUT)
         source = "cluster_state"
@@ -119,8 +121,8 @@ async def cluster_state(runtime: NamedDependency[Runtime], request: Request[Any,
 @get(
     "/v1/manifest", guards=[infer_key], summary="The manifest in force: version and text", responses=errors(503, *KEYED)
 )
-async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
-    state = runtime.require().follower.state
+async def get_manifest(cluster_link: NamedDependency[ClusterLink]) -> ManifestInfo:
+    state = cluster_link.require().follower.state
     if state.manifest_text is None:
         raise ApiError(503, "no manifest has been applied to the cluster yet", code="no_manifest")
     return ManifestInfo(
@@ -144,13 +146,13 @@ async def get_manifest(runtime: NamedDependency[Runtime]) -> ManifestInfo:
     operation_class=ManifestUpload,
 )
 async def put_manifest(
-    runtime: NamedDependency[Runtime], body: RawBody, dry_run: FromQuery[bool] = False
+    cluster_link: NamedDependency[ClusterLink], body: RawBody, dry_run: FromQuery[bool] = False
 ) -> ApplyResult | WhatIfReport:
     try:
         data = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "the manifest must be UTF-8 text", code="invalid_encoding") from None
-    bus = runtime.require()
+    bus = cluster_link.require()
     try:  # a dry run reports a candidate's budgets instead of refusing it
         manifest = parse_manifest(data, "PUT /v1/manifest", footprint_of, budgets=not dry_run)
     except ManifestError as exc:
@@ -164,11 +166,15 @@ async def put_manifest(
     if dry_run:
         try:
             return await call(
-                bus.broker, subjects.MANIFEST_WHATIF, WhatIf(text=data), WhatIfReport, runtime.settings.apply_timeout
+                bus.broker,
+                subjects.MANIFEST_WHATIF,
+                WhatIf(text=data),
+                WhatIfReport,
+                cluster_link.settings.apply_timeout,
             )
         except RemoteError as exc:
             raise ApiError.from_remote(exc) from None
-    timeout = manifest.drain.timeout + runtime.settings.apply_timeout
+    timeout = manifest.drain.timeout + cluster_link.settings.apply_timeout
     try:
         return await call(
             bus.broker, subjects.MANIFEST_APPLY, ApplyManifest(text=data, requested_by="api"), ApplyResult, timeout

@@ -1,4 +1,4 @@
-"""``POST /v1/chat/completions`` (OpenAI): a Flight (``api_gateway.flight``) answered as JSON or SSE.
+"""``POST /v1/chat/completions`` (OpenAI): an AdmittedRequest (``api_gateway.admitted_request``) answered as JSON or SSE.
 
 Errors before the first token are HTTP errors in the OpenAI shape; after it, an SSE error
 event (``data: {"error": {...}}``) then ``data: [DONE]``.
@@ -16,12 +16,12 @@ from litestar.openapi import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import Stream
 
+from api_gateway.admitted_request import AdmittedRequest, start_request
 from api_gateway.auth import infer_key
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
-from api_gateway.flight import Flight, take_off
 from api_gateway.openai_types import ChatCompletion, ChatCompletionRequest, ErrorResponse
 from api_gateway.openapi_docs import KEYED, ChatOperation, errors
-from api_gateway.runtime import Runtime
 from api_gateway.shaping import SSE_DONE, SSE_HEADERS, sse, sse_error
 from api_gateway.validate import SESSION_HEADER, validate_chat
 
@@ -48,36 +48,41 @@ from api_gateway.validate import SESSION_HEADER, validate_chat
     operation_class=ChatOperation,
 )
 async def chat_completions(
-    data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+    data: JSONBody[ChatCompletionRequest], request: Request[Any, Any, Any], cluster_link: NamedDependency[ClusterLink]
 ) -> Response[ChatCompletion] | Response[ErrorResponse] | Stream:
-    flight, first = await take_off(
+    admitted, first = await start_request(
         "POST /v1/chat/completions",
         request,
-        runtime,
+        cluster_link,
         lambda: validate_chat(
-            data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit, runtime.settings.max_messages
+            data,
+            request.headers.get(SESSION_HEADER),
+            cluster_link.settings.max_tokens_limit,
+            cluster_link.settings.max_messages,
         ),
     )
-    if flight.call.stream:
-        return Stream(_events(flight, first), media_type="text/event-stream", headers={**SSE_HEADERS, **flight.headers})
-    await flight.land(first)
-    return Response(flight.transcript.completion(time.perf_counter()), headers=flight.headers)
+    if admitted.call.stream:
+        return Stream(
+            _events(admitted, first), media_type="text/event-stream", headers={**SSE_HEADERS, **admitted.headers}
+        )
+    await admitted.receive_answer(first)
+    return Response(admitted.transcript.completion(time.perf_counter()), headers=admitted.headers)
 
 
-async def _events(flight: Flight, first: str | None) -> AsyncIterator[bytes]:
-    t = flight.transcript
+async def _events(admitted: AdmittedRequest, first: str | None) -> AsyncIterator[bytes]:
+    t = admitted.transcript
     try:
         # the role, the router hop and the first token in one write: the client has them at once
         opening = sse(t.opening_chunk())
         yield opening + sse(t.content_chunk(first)) if first else opening
-        async for text in flight.rest(first):
+        async for text in admitted.remaining_texts(first):
             yield sse(t.content_chunk(text))
-        for chunk in t.closing_chunks(time.perf_counter(), flight.call.include_usage):
+        for chunk in t.closing_chunks(time.perf_counter(), admitted.call.include_usage):
             yield sse(chunk)
-        flight.complete()
+        admitted.complete()
         yield SSE_DONE
-    except ApiError as error:  # the flight failed (and recorded it)
+    except ApiError as error:  # the admitted failed (and recorded it)
         yield sse_error(error)
         yield SSE_DONE
     finally:  # the client went away (cancelled) or the stream was closed early
-        flight.abandon()
+        admitted.client_gone()

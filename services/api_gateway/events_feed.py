@@ -6,7 +6,7 @@ end of the stream, filtered by the server to the ``types`` asked for (every type
 Each event is one SSE frame: ``id`` the stream sequence, ``event`` the type, ``data`` the
 event in its canonical JSON (``nrt.core.events.codec``). A comment line every ``KEEPALIVE_S``
 seconds keeps proxies from closing a quiet stream. The stream ends when the client goes away,
-or when the gateway is stopping (``Runtime.closing``), so an open dashboard does not hold it up.
+or when the gateway is stopping (``ClusterLink.closing``), so an open dashboard does not hold it up.
 
 The API key events (``ApiKeyCreated``, ``ApiKeyRevoked``: key hashes) are for admin keys only,
 as the keys are in ``/v1/cluster``: an infer key's feed leaves them out, and asking for them is a 403.
@@ -36,9 +36,9 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from api_gateway.auth import caller, infer_key
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
 from api_gateway.openapi_docs import KEYED, errors
-from api_gateway.runtime import Runtime
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import EVENT_PUBLISHERS, event_subjects
 from nrt.adapters.bus.jetstream import message_version
@@ -156,15 +156,15 @@ async def event_frames(nc: Client, query: FeedQuery, closing: asyncio.Event) -> 
     media_type="text/event-stream",
 )
 async def event_stream(
-    runtime: NamedDependency[Runtime],
+    cluster_link: NamedDependency[ClusterLink],
     request: Request[Any, Any, Any],
     types: FromQuery[str | None] = None,
     last: FromQuery[int] = DEFAULT_LAST,
 ) -> Stream:
     query = feed_query(types, last, admin=caller(request).admin)
-    nc = runtime.require().nc
+    nc = cluster_link.require().nc
     return Stream(
-        event_frames(nc, query, runtime.closing),
+        event_frames(nc, query, cluster_link.closing),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -12,9 +12,9 @@ from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ModelFailure, Readiness
-from api_gateway.runtime import Runtime
 from nrt.adapters.bus.broker import call
 from nrt.adapters.bus.errors import RemoteError
 from nrt.core.protocol import Health, HealthQuery
@@ -55,20 +55,20 @@ async def healthz() -> Healthz:
     ),
     responses={503: ResponseSpec(Readiness, description="Not ready: `checks` says what is wrong.")},
 )
-async def readyz(runtime: NamedDependency[Runtime]) -> Response[Readiness]:
-    checks, failed = await readiness_checks(runtime)
+async def readyz(cluster_link: NamedDependency[ClusterLink]) -> Response[Readiness]:
+    checks, failed = await readiness_checks(cluster_link)
     ready = all(v == "ok" for v in checks.values())
     body = Readiness(
-        status="ready" if ready else "not_ready", checks=checks, instance=runtime.settings.instance, failed=failed
+        status="ready" if ready else "not_ready", checks=checks, instance=cluster_link.settings.instance, failed=failed
     )
     return Response(body, status_code=200 if ready else 503)
 
 
-async def readiness_checks(runtime: Runtime) -> tuple[dict[str, str], list[ModelFailure]]:
+async def readiness_checks(cluster_link: ClusterLink) -> tuple[dict[str, str], list[ModelFailure]]:
     """Each check's verdict, and the models whose load failed on every live worker that could hold them."""
-    bus = runtime.bus
+    bus = cluster_link.bus
     if bus is None or not bus.nc.is_connected:
-        reason = f"not connected to {runtime.settings.nats_url}"
+        reason = f"not connected to {cluster_link.settings.nats_url}"
         unknown = "unknown (no NATS)"
         return {"nats": reason, "router": unknown, "manifest": unknown, "models": unknown}, []
     checks = {"nats": "ok"}

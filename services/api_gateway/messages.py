@@ -1,4 +1,4 @@
-"""``POST /v1/messages`` (Anthropic Messages API): a Flight (``api_gateway.flight``) answered as one
+"""``POST /v1/messages`` (Anthropic Messages API): an AdmittedRequest (``api_gateway.admitted_request``) answered as one
 Message or as Anthropic's stream of events.
 
 Its errors, the key checks' and the body decoding's included, are in Anthropic's shape
@@ -23,14 +23,14 @@ from litestar.openapi.spec.operation import Operation
 from litestar.params import JSONBody
 from litestar.response import Stream
 
+from api_gateway.admitted_request import AdmittedRequest, start_request
 from api_gateway.anthropic_shaping import MessageShape, error_body, sse_event
 from api_gateway.anthropic_types import ErrorEvent, Message, MessagesRequest
 from api_gateway.anthropic_validate import validate_messages
 from api_gateway.auth import infer_key
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError, from_http_exception
-from api_gateway.flight import Flight, take_off
 from api_gateway.openapi_docs import ERRORS, document_streamed_chat
-from api_gateway.runtime import Runtime
 from api_gateway.shaping import SSE_HEADERS
 from api_gateway.validate import SESSION_HEADER
 
@@ -71,9 +71,9 @@ def _error_response(error: ApiError) -> Response[ErrorEvent]:
     return Response(error_body(error), status_code=error.status, headers=error.headers)
 
 
-def _runtime(request: Request[Any, Any, Any]) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+def _cluster_link(request: Request[Any, Any, Any]) -> ClusterLink:
+    cluster_link: ClusterLink = request.app.state.cluster_link
+    return cluster_link
 
 
 def _on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[ErrorEvent]:
@@ -81,7 +81,7 @@ def _on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[ErrorEve
 
 
 def _on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorEvent]:
-    return _error_response(from_http_exception(exc, _runtime(request).settings.max_body_bytes))
+    return _error_response(from_http_exception(exc, _cluster_link(request).settings.max_body_bytes))
 
 
 def _on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorEvent]:
@@ -121,34 +121,37 @@ def _on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[
     operation_class=MessagesOperation,
 )
 async def create_message(
-    data: JSONBody[MessagesRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+    data: JSONBody[MessagesRequest], request: Request[Any, Any, Any], cluster_link: NamedDependency[ClusterLink]
 ) -> Response[Message] | Response[ErrorEvent] | Stream:
-    flight, first = await take_off(
+    admitted, first = await start_request(
         "POST /v1/messages",
         request,
-        runtime,
+        cluster_link,
         lambda: validate_messages(
-            data, request.headers.get(SESSION_HEADER), runtime.settings.max_tokens_limit, runtime.settings.max_messages
+            data,
+            request.headers.get(SESSION_HEADER),
+            cluster_link.settings.max_tokens_limit,
+            cluster_link.settings.max_messages,
         ),
     )
-    shape = MessageShape(flight.transcript, flight.call.params.stop)
-    if flight.call.stream:
-        events = _events(flight, shape, first)
-        return Stream(events, media_type="text/event-stream", headers={**SSE_HEADERS, **flight.headers})
-    await flight.land(first)
-    return Response(shape.message(time.perf_counter()), headers=flight.headers)
+    shape = MessageShape(admitted.transcript, admitted.call.params.stop)
+    if admitted.call.stream:
+        events = _events(admitted, shape, first)
+        return Stream(events, media_type="text/event-stream", headers={**SSE_HEADERS, **admitted.headers})
+    await admitted.receive_answer(first)
+    return Response(shape.message(time.perf_counter()), headers=admitted.headers)
 
 
-async def _events(flight: Flight, shape: MessageShape, first: str | None) -> AsyncIterator[bytes]:
+async def _events(admitted: AdmittedRequest, shape: MessageShape, first: str | None) -> AsyncIterator[bytes]:
     try:
         # the message, the router hop and the first token in one write: the client has them at once
         opening = b"".join(sse_event(event) for event in shape.opening())
         yield opening + sse_event(shape.text_delta(first)) if first else opening
-        async for text in flight.rest(first):
+        async for text in admitted.remaining_texts(first):
             yield sse_event(shape.text_delta(text))
         yield b"".join(sse_event(event) for event in shape.closing(time.perf_counter()))
-        flight.complete()
-    except ApiError as error:  # the flight failed (and recorded it)
+        admitted.complete()
+    except ApiError as error:  # the admitted failed (and recorded it)
         yield sse_event(error_body(error))
     finally:  # the client went away (cancelled) or the stream was closed early
-        flight.abandon()
+        admitted.client_gone()

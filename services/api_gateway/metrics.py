@@ -15,7 +15,7 @@ from litestar.di import NamedDependency
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import choose_encoder
 
-from api_gateway.runtime import Runtime
+from api_gateway.cluster_link import ClusterLink
 
 
 @get(
@@ -23,6 +23,6 @@ from api_gateway.runtime import Runtime
     summary="Prometheus metrics of the gateway (text exposition format); no API key, like /healthz",
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics(request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]) -> Response[bytes]:
+async def metrics(request: Request[Any, Any, Any], cluster_link: NamedDependency[ClusterLink]) -> Response[bytes]:
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
-    return Response(encode(runtime.metrics.registry), media_type=content_type)
+    return Response(encode(cluster_link.metrics.registry), media_type=content_type)

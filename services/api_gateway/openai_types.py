@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from api_gateway.bounds import Seed, Temperature, TopP
+
 # -- requests ---------------------------------------------------------------------------
 
 
@@ -35,9 +37,9 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     n: int | None = None
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent

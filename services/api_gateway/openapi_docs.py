@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 from litestar import Response, route
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
@@ -27,8 +28,10 @@ from litestar.openapi.spec import (
 )
 from litestar.openapi.spec.operation import Operation
 
-from api_gateway.openai_types import ErrorResponse
-from api_gateway.validate import MAX_STOP, ROLES, SEED_MAX, SESSION_HEADER, SESSION_PATTERN
+from api_gateway.anthropic_types import MessagesRequest
+from api_gateway.bounds import MAX_TOKENS, bound_of
+from api_gateway.openai_types import ChatCompletionRequest, ErrorResponse
+from api_gateway.validate import MAX_STOP, ROLES, SESSION_HEADER, SESSION_PATTERN
 
 ERRORS: dict[int, str] = {
     400: "The request is invalid: `message` names the problem, `param` the parameter.",
@@ -108,6 +111,25 @@ def _document_conversation(fields: dict[str, Schema | Reference], max_messages: 
     messages.description = f"1 to {max_messages} messages, at least one from the user"
 
 
+def _document_max_tokens(field: Schema, limit: int) -> None:
+    """``max_tokens``: its upper limit is the gateway's setting."""
+    field.minimum, field.maximum = MAX_TOKENS.ge, limit
+
+
+def _document_bounds(fields: dict[str, Schema | Reference], request: type[msgspec.Struct]) -> None:
+    """Each number's bounds, read from the ``msgspec.Meta`` its type declares (``api_gateway.bounds``)
+    and written on the number's own schema. (Litestar puts them beside a nullable field's ``oneOf``
+    and drops a bound of 0.)"""
+    for name in request.__struct_fields__:
+        meta = bound_of(request, name)
+        if meta is None:
+            continue
+        outer, number = fields[name], _value(fields[name])
+        assert isinstance(outer, Schema)
+        outer.minimum = outer.maximum = outer.exclusive_minimum = outer.exclusive_maximum = None
+        number.minimum, number.maximum, number.exclusive_minimum = meta.ge, meta.le, meta.gt
+
+
 def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages: int) -> None:
     """Write the rules :func:`api_gateway.validate.validate_chat` enforces into the request's schema
     (its fields come from the msgspec types; the limits from the settings), so that a request the
@@ -117,12 +139,9 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     fields = request.properties or {}
     _document_conversation(fields, max_messages)
     for name in ("max_tokens", "max_completion_tokens"):
-        _value(fields[name]).minimum, _value(fields[name]).maximum = 1, max_tokens_limit
-    temperature, top_p, seed, n = (_value(fields[k]) for k in ("temperature", "top_p", "seed", "n"))
-    temperature.minimum, temperature.maximum = 0, 2
-    top_p.exclusive_minimum, top_p.maximum = 0, 1
-    seed.minimum, seed.maximum = 0, SEED_MAX
-    n.const = 1
+        _document_max_tokens(_value(fields[name]), max_tokens_limit)
+    _document_bounds(fields, ChatCompletionRequest)
+    _value(fields["n"]).const = 1
     stop = fields["stop"]
     assert isinstance(stop, Schema)
     assert stop.one_of is not None
@@ -158,12 +177,8 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     request, message, block = schemas["MessagesRequest"], schemas["MessageParam"], schemas["BlockIn"]
     fields = request.properties or {}
     _document_conversation(fields, max_messages)
-    max_tokens = _value(fields["max_tokens"])
-    max_tokens.minimum, max_tokens.maximum = 1, max_tokens_limit
-    temperature, top_p, top_k = (_value(fields[k]) for k in ("temperature", "top_p", "top_k"))
-    temperature.minimum, temperature.maximum = 0, 1
-    top_p.exclusive_minimum, top_p.maximum = 0, 1
-    top_k.minimum = 1
+    _document_max_tokens(_value(fields["max_tokens"]), max_tokens_limit)
+    _document_bounds(fields, MessagesRequest)
     stop = _value(fields["stop_sequences"])
     stop.max_items, stop.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
     _value(fields["tools"]).max_items = 0  # no model here calls client tools

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import re
 
 import msgspec
 
+from api_gateway.bounds import MAX_TOKENS, out_of_bounds
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest, MessageIn
 from nrt.core.manifest import Manifest
@@ -17,7 +17,6 @@ SESSION_HEADER = "x-nrt-session"
 SESSION_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")  # the whole value (fullmatch)
 ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP = 4
-SEED_MAX = 2**63 - 1  # seeds are non-negative signed 64-bit integers
 
 
 class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,27 +126,24 @@ def _content(message: MessageIn, index: int) -> str:
 
 
 def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
-    for name, value in (("max_tokens", request.max_tokens), ("max_completion_tokens", request.max_completion_tokens)):
-        if value is not None and not 1 <= value <= limit:
-            raise ApiError(
-                400, f"'{name}' must be between 1 and {limit}, got {value}", code="invalid_value", param=name
-            )
+    """The sampling parameters; their bounds were enforced by the request's types (``api_gateway.bounds``)
+    when the body was decoded, but for ``max_tokens``' upper limit, a setting."""
+    check_max_tokens("max_tokens", request.max_tokens, limit)
+    check_max_tokens("max_completion_tokens", request.max_completion_tokens, limit)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    temperature, top_p = request.temperature, request.top_p
-    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
-        raise ApiError(
-            400, f"'temperature' must be between 0 and 2, got {temperature}", code="invalid_value", param="temperature"
-        )
-    if top_p is not None and not (math.isfinite(top_p) and 0.0 < top_p <= 1.0):
-        raise ApiError(400, f"'top_p' must be in (0, 1], got {top_p}", code="invalid_value", param="top_p")
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     if len(stop) > MAX_STOP or not all(stop):
         raise ApiError(400, f"'stop' must be up to {MAX_STOP} non-empty strings", code="invalid_value", param="stop")
-    if request.seed is not None and not 0 <= request.seed <= SEED_MAX:
-        raise ApiError(
-            400, f"'seed' must be between 0 and {SEED_MAX}, got {request.seed}", code="invalid_value", param="seed"
-        )
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=request.seed, stop=stop)
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p, seed=request.seed, stop=stop
+    )
+
+
+def check_max_tokens(name: str, value: int | None, limit: int) -> None:
+    """A 400 unless ``value`` (when given) lies between 1 and the gateway's ``limit`` (a setting)."""
+    assert MAX_TOKENS.ge is not None
+    if value is not None and not MAX_TOKENS.ge <= value <= limit:
+        raise ApiError(400, out_of_bounds(name, MAX_TOKENS, value, high=limit), code="invalid_value", param=name)
 
 
 def session_from(header: str | None, user: str | None, field: str = "user") -> str | None:

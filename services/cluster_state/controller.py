@@ -193,7 +193,7 @@ class Controller:
         self._unechoed = dict.fromkeys(unpublished)
 
     async def stream_snapshot(self) -> StreamSnapshot:
-        """The fold placed on the events stream (``nrt.core.state.snapshot``), between two transactions: every
+        """The fold placed on the events stream (``nrt.state.snapshot``), between two transactions: every
         message up to ``sequence`` is in it, and so are the decisions the stream carries after it."""
         async with self._write_lock:
             return StreamSnapshot(

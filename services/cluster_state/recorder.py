@@ -8,7 +8,7 @@ but before the ack redelivers events the store already holds, which it skips by 
 id. Either way the log gets every event once, in stream order.
 
 An event is recorded only if the subject it arrived on may carry its type: the server lets each
-service publish only under its own prefix (``nrt.core.events.<service>.<Type>``, ``nrt.adapters.bus.auth``), and
+service publish only under its own prefix (``nrt.events.<service>.<Type>``, ``nrt.adapters.bus.auth``), and
 the contract says which services may publish each type (``contract.EVENT_PUBLISHERS``). Anything
 else (a worker's ``ManifestApplied``, a subject naming one type and a body another) is rejected:
 never stored nor folded, counted in ``rejected``, logged, and acknowledged with its batch so that

@@ -9,12 +9,12 @@ version 1. A bootstrap manifest that differs from the one the log holds is appli
 as a drained swap to the next version (``Swapper``), after the workers from before the start have
 beaten or been declared lost; the same manifest again records nothing. Then serve:
 
-- ``nrt.core.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
-- ``nrt.core.state.snapshot``: that state placed on the events stream, for a follower that starts
+- ``nrt.state.get``: the folded ``ClusterState`` (exactly what ``nrt replay`` computes);
+- ``nrt.state.snapshot``: that state placed on the events stream, for a follower that starts
   where the stream's retention dropped its beginning (``nrt.core.state.stream``);
-- ``nrt.core.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
+- ``nrt.manifest.apply``: the drained manifest swap (``ApplyManifest`` -> ``ApplyResult``);
 - ``nrt.models.promote``: make a model resident within the budget (``PromoteModel``);
-- ``nrt.core.api_keys.create`` / ``nrt.core.api_keys.revoke``: API keys as events (``cluster_state.keys``); the
+- ``nrt.keys.create`` / ``nrt.keys.revoke``: API keys as events (``cluster_state.key_registry``); the
   keys given at start (``NRT_API_KEY``, ``NRT_ADMIN_KEY``) are recorded before the manifest;
 - heartbeats on ``nrt.workers.heartbeat`` and ``nrt.gateways.heartbeat``; a tick for liveness,
   placement and the requests whose gateway is gone (``nrt.core.policies.owners``), a sweep for the
@@ -37,10 +37,10 @@ from prometheus_client import CollectorRegistry
 
 from cluster_state import snapshots
 from cluster_state.controller import Controller, parse_in_force, utc_now
-from cluster_state.keys import bootstrap_keys, create_key, revoke_key
+from cluster_state.key_registry import bootstrap_keys, create_key, revoke_key
+from cluster_state.outbox_relay import OutboxRelay
 from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
-from cluster_state.relay import OutboxRelay
 from cluster_state.reseed import state_in_force, stream_holds_manifest
 from cluster_state.swap import Swapper
 from cluster_state.whatif import dry_run

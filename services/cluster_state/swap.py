@@ -1,4 +1,4 @@
-"""The drained manifest swap, served on ``nrt.core.manifest.apply``: the shell of ``nrt.core.policies.swap_machine``.
+"""The drained manifest swap, served on ``nrt.manifest.apply``: the shell of ``nrt.core.policies.swap_machine``.
 
 ApplyManifest -> parse (400 with every problem) -> ``start_swap`` -> run its commands, feed
 back how each group ran (``GroupRan``) and tick while waiting (``Tick``), until the swap is

@@ -1,4 +1,4 @@
-"""``nrt.core.manifest.whatif``: a candidate manifest's what-if over the recorded requests, applying nothing.
+"""``nrt.manifest.whatif``: a candidate manifest's what-if over the recorded requests, applying nothing.
 
 The report ``nrt replay --what-if`` prints (``nrt.core.whatif``), from cluster_state's own log; the
 candidate's router model runs here, off the event loop, only when it differs from the recorded one.

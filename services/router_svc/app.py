@@ -26,7 +26,7 @@ from nrt.entrypoints.service import ServiceContext
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
 from router_svc.manifests import ManifestHistory
-from router_svc.relay import RouteServer
+from router_svc.routed_requests import RouteServer
 from router_svc.router import Router
 from router_svc.settings import RouterSettings
 

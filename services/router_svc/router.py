@@ -30,7 +30,15 @@ from nrt.adapters.metrics import RouterMetrics
 from nrt.core.events import RequestRouted
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import ClassifyReply, ClassifyRequest, Dispatch, GenerateRequest, RouteRequest
-from nrt.core.routing import Decision, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
+from nrt.core.routing import (
+    Decision,
+    choose_route,
+    classify_request,
+    resolve_model,
+    restrict,
+    routing_text,
+    serving_workers,
+)
 from nrt.hosting.serving import CANNOT_GENERATE
 from nrt.hosting.worker import Worker, stream_answer
 from router_svc.manifests import ManifestHistory
@@ -128,7 +136,7 @@ class Router:
             reply = await rpc.request(
                 self.nc, subjects.infer(ask.model_id), ask, ClassifyReply, timeout=self.settings.classify_timeout
             )
-        return decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration), reply
+        return choose_route(manifest, restrict(reply, manifest.intent_labels), reply.calibration), reply
 
     async def _entry_here(self, manifest: Manifest, model_id: str) -> bool:
         """Whether to classify in this process: this instance holds ``manifest``'s entry model, or is

@@ -23,7 +23,7 @@ from cluster_helpers import beat, manifest_text
 from nats.aio.client import Client
 from state_services import StartService
 
-from cluster_state.relay import OutboxRelay
+from cluster_state.outbox_relay import OutboxRelay
 from nrt.adapters.bus import subjects
 from nrt.adapters.infra.pgurl import to_libpq
 from nrt.adapters.store import EventStore
@@ -55,7 +55,7 @@ async def _in_stream(nc: Client) -> Counter[str]:
         return counts
     for sequence in range(info.state.first_seq, info.state.last_seq + 1):
         msg = await js.get_msg(subjects.EVENTS_STREAM, sequence)
-        if msg.subject is not None and msg.subject.startswith("nrt.core.events.cluster_state."):
+        if msg.subject is not None and msg.subject.startswith("nrt.events.cluster_state."):
             counts[(msg.headers or {})["Nats-Msg-Id"]] += 1
     return counts
 

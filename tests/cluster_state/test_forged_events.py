@@ -100,7 +100,7 @@ async def test_a_forged_manifest_reaches_neither_the_log_nor_a_fold(
         assert service.recorder.rejected == 1
         assert any(
             "rejected ManifestApplied" in r.getMessage()
-            and "nrt.core.events.specialist_worker.ManifestApplied" in r.getMessage()
+            and "nrt.events.specialist_worker.ManifestApplied" in r.getMessage()
             for r in caplog.records
         )
         assert service.controller.cluster.manifest_version == 1

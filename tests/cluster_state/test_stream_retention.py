@@ -18,8 +18,8 @@ from msgspec.structs import replace
 from nats.aio.client import Client
 from state_services import StartService
 
-from cluster_state.keys import create_key
-from cluster_state.relay import OutboxRelay
+from cluster_state.key_registry import create_key
+from cluster_state.outbox_relay import OutboxRelay
 from cluster_state.service import ClusterStateService
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.follow import EventFollower

@@ -1,4 +1,4 @@
-"""Drained manifest swaps on nrt.core.manifest.apply, with the real worker hosting the models.
+"""Drained manifest swaps on nrt.manifest.apply, with the real worker hosting the models.
 
 The in-flight request's RequestAdmitted / RequestCompleted are published by the test, as
 the gateway would; the models are loaded, served and unloaded by the real worker.

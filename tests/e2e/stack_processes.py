@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack import keys_file
 from nrt.entrypoints.stack.endpoints import Endpoints
 from nrt.testing.processes import alive, descendants
 from nrt.testing.stacks import tiny_manifest
@@ -37,9 +37,9 @@ class Stack:
         return self.endpoints.gateway_url
 
     @property
-    def keys(self) -> stack_keys.StackKeys:
+    def keys(self) -> keys_file.StackKeys:
         """The API keys `nrt up` runs the stack with (from the keys file it writes)."""
-        keys = stack_keys.read(self.data_dir)
+        keys = keys_file.read(self.data_dir)
         assert keys is not None, f"nrt up wrote no keys file in {self.data_dir}"
         return keys
 

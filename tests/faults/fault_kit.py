@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from nrt.adapters.store import EventStore
-from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack import keys_file
 from nrt.entrypoints.stack.endpoints import Endpoints, stack_dir
 from nrt.testing import stacks
 
@@ -49,7 +49,7 @@ class FaultStack:
         return stack_dir()
 
     def _key(self, admin: bool) -> str:
-        keys = stack_keys.read(self.data_dir)
+        keys = keys_file.read(self.data_dir)
         assert keys is not None, f"nrt up wrote no keys file in {self.data_dir}"
         return keys.admin_key if admin else keys.api_key
 

@@ -9,7 +9,7 @@ By default the harness applies the manifest (it publishes ``ManifestApplied``) a
 the models itself: the entry model on router_svc (``ROUTER_HOST``), the others on the worker;
 given a database, cluster_state runs too and does both, as in a deployment: it bootstraps
 the manifest, places the models on the heartbeating workers and serves
-``nrt.core.manifest.apply`` (``PUT /v1/manifest``).
+``nrt.manifest.apply`` (``PUT /v1/manifest``).
 
 Its API keys are recorded the way cluster_state records the keys given at start
 (``nrt.core.api_keys.bootstrap_event``): by the harness without a database, by cluster_state with one.
@@ -95,7 +95,7 @@ class Stack:
         """The gateway's admission gate: closed while it has seen a swap's ``DrainStarted`` and not its cut-over."""
         app = self.gateway.config.app
         assert isinstance(app, Litestar)
-        return app.state.runtime.require().gate  # type: ignore[no-any-return]
+        return app.state.cluster_link.require().gate  # type: ignore[no-any-return]
 
     def client(self, api_key: str = API_KEY, **kwargs: object) -> AsyncOpenAI:
         return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key=api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]

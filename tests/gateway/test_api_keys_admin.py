@@ -16,7 +16,7 @@ import openai
 import pytest
 from harness import ADMIN_KEY, KEYS, start_stack
 
-from cluster_state.keys import bootstrap_keys
+from cluster_state.key_registry import bootstrap_keys
 from nrt.adapters.store import EventStore
 from nrt.core.api_keys import key_id_of, key_sha256
 from nrt.core.events import ApiKeyCreated, ApiKeyRevoked, RequestCompleted

@@ -7,7 +7,7 @@ import json
 import pytest
 from litestar.exceptions import ValidationException
 
-from api_gateway.body import conform, decode_json_body, nested_deeper_than
+from api_gateway.body import conform, decode_json_body, decode_request, nested_deeper_than
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest, StreamOptions
 
@@ -87,7 +87,8 @@ def test_a_body_within_the_bound_decodes() -> None:
 
 def test_bodies_conform_strictly_but_whole_floats_are_ints() -> None:
     body = {"model": "m", "messages": [], "max_tokens": 5.0, "stream_options": {"include_usage": True}}
-    assert conform(body, ChatCompletionRequest)["max_tokens"] == 5
+    assert conform(body, ChatCompletionRequest).max_tokens == 5
+    assert decode_request(json.dumps(body).encode(), ChatCompletionRequest).max_tokens == 5
     with pytest.raises(ValidationException) as caught:
         conform({"include_usage": 0}, StreamOptions)  # Litestar alone would take 0 for false
     assert caught.value.extra == [{"message": "Expected `bool`, got `int`", "key": "include_usage", "source": "body"}]
@@ -96,3 +97,20 @@ def test_bodies_conform_strictly_but_whole_floats_are_ints() -> None:
     assert top.value.extra == [{"message": "Object missing required field `messages`", "key": "data", "source": "body"}]
     with pytest.raises(ValidationException):
         conform({"model": "m", "messages": [], "max_tokens": "5"}, ChatCompletionRequest)
+
+
+def test_a_body_is_decoded_once_into_its_type_with_the_types_bounds() -> None:
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5, "seed": 3}'
+    request = decode_request(body, ChatCompletionRequest)
+    assert isinstance(request, ChatCompletionRequest)
+    assert (request.temperature, request.seed) == (0.5, 3)
+    with pytest.raises(ApiError) as caught:
+        decode_request(b'{"model": "m", "messages": [], "temperature": 2.5}', ChatCompletionRequest)
+    assert (caught.value.code, caught.value.param) == ("invalid_value", "temperature")
+    assert caught.value.message == "'temperature' must be between 0 and 2, got 2.5"
+    with pytest.raises(ApiError) as top_p:
+        decode_request(b'{"model": "m", "messages": [], "top_p": 0}', ChatCompletionRequest)
+    assert top_p.value.message == "'top_p' must be in (0, 1], got 0"
+    with pytest.raises(ApiError) as bad:
+        decode_request(b'{"model": "m", "messages": [], "temperature": NaN}', ChatCompletionRequest)
+    assert (bad.value.code, bad.value.param) == ("invalid_value", "temperature")

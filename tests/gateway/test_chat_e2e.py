@@ -92,7 +92,7 @@ async def test_routed_completion_shows_the_hop_and_fills_usage(stack: Stack) -> 
 async def test_the_gateway_names_itself_on_what_it_admits_and_heartbeats_under_that_name(stack: Stack) -> None:
     app = stack.gateway.config.app
     assert isinstance(app, Litestar)
-    gateway_id = app.state.runtime.gateway_id
+    gateway_id = app.state.cluster_link.gateway_id
     beats = await stack.nc.subscribe(subjects.GATEWAY_HEARTBEAT)
     try:
         heard = msgspec.json.decode((await beats.next_msg(timeout=5)).data, type=GatewayHeartbeat)
@@ -400,7 +400,7 @@ async def test_manifest_updates_need_the_admin_key_and_a_valid_manifest(stack: S
     # a valid manifest goes to cluster_state, which is not running in this stack: a clear 503, not a hang
     assert valid.status_code == 503
     assert valid.json()["error"]["code"] == "no_responders"
-    assert "nrt.core.manifest.apply" in valid.json()["error"]["message"]
+    assert "nrt.manifest.apply" in valid.json()["error"]["message"]
 
 
 async def test_readiness_and_errors_for_bad_methods(stack: Stack) -> None:

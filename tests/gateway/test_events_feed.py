@@ -125,8 +125,8 @@ async def test_the_feed_ends_when_the_gateway_is_closing(nats_url: str, nrt_home
         assert isinstance(app, Litestar)
         async with http.stream("GET", "/v1/events/stream", params={"last": 0}) as response:
             assert response.status_code == 200
-            app.state.runtime.closing.set()
+            app.state.cluster_link.closing.set()
             async with asyncio.timeout(3):
                 rest = [frame async for frame in frames(response)]
         assert rest == []
-        app.state.runtime.closing.clear()
+        app.state.cluster_link.closing.clear()

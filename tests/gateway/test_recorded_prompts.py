@@ -3,8 +3,8 @@ manifest says so, and shown by the events feed to admin keys only."""
 
 from __future__ import annotations
 
+from api_gateway.admitted_request import recorded_prompt
 from api_gateway.events_feed import feed_query, shown
-from api_gateway.flight import recorded_prompt
 from api_gateway.validate import ChatCall
 from nrt.core.events import RequestAdmitted, SessionClosed, decode, encode
 from nrt.core.manifest import parse_manifest

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 
 from nrt.adapters.catalogue import prepare
 from nrt.core.manifest import load_manifest
-from nrt.core.routing import classify_request, decide, restrict
+from nrt.core.routing import choose_route, classify_request, restrict
 from nrt.core.vocabulary import WorkerRole
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
@@ -119,7 +119,7 @@ async def test_the_minilm_router_classifies_held_out_utterances(
             for i, text in enumerate(utterances):
                 ask = classify_request(manifest, f"acc-{expected}-{i}", text)
                 reply = await worker.serving.classify(ask)  # in-process, as router_svc's Router classifies
-                decision = decide(manifest, restrict(reply, manifest.intent_labels), reply.calibration)
+                decision = choose_route(manifest, restrict(reply, manifest.intent_labels), reply.calibration)
                 if decision.intent == expected and decision.target == expected:
                     hits[expected] += 1
                 else:

@@ -9,7 +9,15 @@ from harness import FIXTURES
 from nrt.core.events import TierChanged, WorkerJoined, WorkerLost
 from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import ChatMessage, ClassifyReply
-from nrt.core.routing import Scored, classify_request, decide, resolve_model, restrict, routing_text, serving_workers
+from nrt.core.routing import (
+    Scored,
+    choose_route,
+    classify_request,
+    resolve_model,
+    restrict,
+    routing_text,
+    serving_workers,
+)
 from nrt.core.state import fold
 from nrt.hosting.embeddings.index import build_index
 from nrt.hosting.embeddings.rules import score
@@ -42,7 +50,7 @@ def test_a_label_outside_the_manifest_can_never_be_returned() -> None:
     assert scored.best == "technical"
     assert "refunds" not in scored.scores
     assert scored.confidence == 0.0  # the model preferred an unknown label: untrusted
-    decision = decide(SUPPORT, scored)
+    decision = choose_route(SUPPORT, scored)
     assert decision.intent is None
     assert decision.target == "fallback"
 
@@ -50,7 +58,7 @@ def test_a_label_outside_the_manifest_can_never_be_returned() -> None:
 def test_the_models_confidence_is_kept_when_its_best_label_is_allowed() -> None:
     scored = restrict(reply({"billing": 0.9, "technical": 0.5, "legal": 0.1}, "billing", 0.9995), LABELS)
     assert scored == Scored(scores={"billing": 0.9, "technical": 0.5, "legal": 0.1}, best="billing", confidence=0.9995)
-    decision = decide(SUPPORT, scored)
+    decision = choose_route(SUPPORT, scored)
     assert (decision.intent, decision.target) == ("billing", "billing")
     assert decision.rule == "router.output.intent -> specialists.{intent} => billing"
 
@@ -58,41 +66,41 @@ def test_the_models_confidence_is_kept_when_its_best_label_is_allowed() -> None:
 def test_no_allowed_scores_and_non_finite_scores() -> None:
     scored = restrict(reply({"x": 1.0, "billing": float("nan")}, "x", 1.0), LABELS)
     assert scored.best is None
-    decision = decide(SUPPORT, scored)
+    decision = choose_route(SUPPORT, scored)
     assert decision.target == "fallback"
     assert "no allowed label was scored" in decision.rule
 
 
 def test_below_the_threshold_goes_to_the_fallback() -> None:
-    decision = decide(SUPPORT, Scored(scores={"billing": 0.98}, best="billing", confidence=0.98))
+    decision = choose_route(SUPPORT, Scored(scores={"billing": 0.98}, best="billing", confidence=0.98))
     assert decision.intent is None
     assert decision.target == "fallback"
     assert "'billing' confidence 0.98 is below the threshold 1.00" in decision.rule
 
 
 def test_an_intent_without_a_specialist_goes_to_the_fallback() -> None:
-    decision = decide(SUPPORT, Scored(scores={"legal": 1.0}, best="legal", confidence=1.0))
+    decision = choose_route(SUPPORT, Scored(scores={"legal": 1.0}, best="legal", confidence=1.0))
     assert (decision.intent, decision.target) == ("legal", "fallback")
     assert "no specialist serves intent 'legal'" in decision.rule
 
 
 def test_without_a_fallback_the_router_answers() -> None:
     manifest = parse_manifest((FIXTURES / "tiny-generative.yaml").read_text())
-    low = decide(manifest, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4))
+    low = choose_route(manifest, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4))
     assert low.target == "billing"  # threshold 0.0: any allowed label is confident
     strict = parse_manifest(
         (FIXTURES / "tiny-generative.yaml")
         .read_text()
         .replace("confidence_threshold: 0.0", "confidence_threshold: 0.9")
     )
-    unsure = decide(strict, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4))
+    unsure = choose_route(strict, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4))
     assert (unsure.intent, unsure.target) == (None, "router")
     assert "(entry model:" in unsure.rule
 
 
 def test_a_fixed_route_ignores_the_intent_but_records_it() -> None:
     manifest = parse_manifest(with_changes("specialists.{intent}", "specialists.technical"))
-    decision = decide(manifest, Scored(scores={"billing": 1.0}, best="billing", confidence=1.0))
+    decision = choose_route(manifest, Scored(scores={"billing": 1.0}, best="billing", confidence=1.0))
     assert (decision.intent, decision.target) == ("billing", "technical")
     assert decision.rule.endswith("(fixed route)")
 

@@ -38,7 +38,7 @@ def gateway_inboxes(stack: Stack) -> str:
     """The prefix of the gateway's request inboxes (one subject below it per request)."""
     app = stack.gateway.config.app
     assert isinstance(app, Litestar)
-    prefix: str = app.state.runtime.require().inboxes.prefix
+    prefix: str = app.state.cluster_link.require().inboxes.prefix
     return prefix
 
 

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from harness import FIXTURES
 
+from api_gateway.body import decode_request
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ChatCompletionRequest
 from api_gateway.validate import check_model, validate_chat
@@ -19,8 +20,9 @@ USER = {"role": "user", "content": "hello"}
 
 
 def chat(**fields: Any) -> ChatCompletionRequest:
+    """The request as the gateway decodes a body: once, into its type, with the type's bounds."""
     body = {"model": "router", "messages": [USER], **fields}
-    return msgspec.convert(body, ChatCompletionRequest)
+    return decode_request(msgspec.json.encode(body), ChatCompletionRequest)
 
 
 def rejected(request: ChatCompletionRequest, header: str | None = None) -> ApiError:
@@ -99,7 +101,10 @@ def test_the_session_header_wins_over_user() -> None:
     ],
 )
 def test_bad_inputs(fields: dict[str, Any], param: str, message: str) -> None:
-    error = rejected(chat(**fields))
+    with pytest.raises(ApiError) as caught:  # at decoding (the types' bounds) or in validate_chat
+        validate_chat(chat(**fields), None, max_tokens_limit=1000, max_messages=8)
+    error = caught.value
+    assert error.status == 400
     assert error.param == param
     assert message in error.message
     body = msgspec.to_builtins(error.body())

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
-from nrt.adapters.inference.device import DeviceOps, OrtValue, Piece, kv_nbytes
+from nrt.adapters.inference.kv_tensors import DeviceOps, OrtValue, Piece, kv_nbytes
 
 PROMPTS = [
     "The quick brown fox",

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, build_session, load_weights
-from nrt.adapters.inference.device import OrtValue
+from nrt.adapters.inference.kv_tensors import OrtValue
 from nrt.adapters.inference.weights import CPU, CUDA
 from nrt.adapters.settings import models_dir
 

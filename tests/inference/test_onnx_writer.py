@@ -6,7 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from nrt.adapters.inference.device import _slice_graph, _tail_graph
+from nrt.adapters.inference.kv_tensors import _slice_graph, _tail_graph
 from nrt.adapters.inference.onnx_writer import Node, Value, element_type, model_bytes
 
 

@@ -26,12 +26,12 @@ async def test_jetstream_publish_and_read_back(tmp_path: Path, record_timing: li
         client = await nats.connect(server.url)
         try:
             js = client.jetstream()
-            await js.add_stream(name="NRT_INFRA_TEST", subjects=["nrt.adapters.infra.test.>"])
-            acks = [await js.publish(f"nrt.adapters.infra.test.{i}", f"event {i}".encode()) for i in range(3)]
+            await js.add_stream(name="NRT_INFRA_TEST", subjects=["nrt.infra.test.>"])
+            acks = [await js.publish(f"nrt.infra.test.{i}", f"event {i}".encode()) for i in range(3)]
             assert [ack.seq for ack in acks] == [1, 2, 3]
             stored = await js.get_msg("NRT_INFRA_TEST", 2)
             assert stored.data == b"event 1"
-            consumer = await js.pull_subscribe("nrt.adapters.infra.test.>", durable="reader")
+            consumer = await js.pull_subscribe("nrt.infra.test.>", durable="reader")
             msgs = await consumer.fetch(3, timeout=5)
             assert [m.data for m in msgs] == [b"event 0", b"event 1", b"event 2"]
             for m in msgs:

@@ -128,7 +128,7 @@ async def test_a_worker_cannot_send_control_routes_or_another_services_events(as
     await router.subscribe("nrt.route", cb=note)
     await router.flush()
     worker, errors = await as_identity("specialist_worker")
-    forbidden = ["nrt.control.r1", "nrt.route", "nrt.core.events.cluster_state.ManifestApplied"]
+    forbidden = ["nrt.control.r1", "nrt.route", "nrt.events.cluster_state.ManifestApplied"]
     for subject in forbidden:
         await worker.publish(subject, b"{}")
     await _settled(worker)

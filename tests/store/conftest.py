@@ -1,4 +1,4 @@
-"""Every event store behind ``nrt.adapters.store.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
+"""Every event store behind ``nrt.core.eventlog.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
 
 from __future__ import annotations
 

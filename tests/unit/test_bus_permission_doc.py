@@ -20,5 +20,5 @@ def test_only_the_gateway_routes_only_cluster_state_commands_and_each_service_pu
     assert [i for i, p in publishers.items() if "nrt.route" in p] == ["api_gateway"]
     assert [i for i, p in publishers.items() if "nrt.control.*" in p] == ["cluster_state"]
     for identity, published in publishers.items():
-        events = {s for s in published if s.startswith("nrt.core.events.")}
-        assert events <= {f"nrt.core.events.{identity}.*"}, (identity, events)
+        events = {s for s in published if s.startswith("nrt.events.")}
+        assert events <= {f"nrt.events.{identity}.*"}, (identity, events)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CLI = Path(__file__).resolve().parents[2] / "libs" / "nrt" / "cli"
+CLI = Path(__file__).resolve().parents[2] / "libs" / "nrt" / "entrypoints" / "cli"
 PREFIX = "nrt.entrypoints.cli"
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(CLI.parent.parent).with_suffix("").parts
+    parts = path.relative_to(CLI.parents[2]).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
-from api_gateway.exchange import BUS_LOST, WORKER_LOST, Frame, Inboxes
+from api_gateway.reply_stream import BUS_LOST, WORKER_LOST, Frame, Inboxes
 from api_gateway.settings import GatewaySettings
 from nrt.adapters.bus.errors import Overloaded, RemoteError
 from nrt.hosting.model_host import recent_speed

@@ -43,12 +43,12 @@ def test_every_event_type_has_its_publishers() -> None:
 
 
 def test_an_event_subject_carries_only_the_types_its_service_may_publish() -> None:
-    assert contract.may_carry("nrt.core.events.cluster_state.ManifestApplied", "ManifestApplied")
-    assert not contract.may_carry("nrt.core.events.specialist_worker.ManifestApplied", "ManifestApplied")
-    assert not contract.may_carry("nrt.core.events.cluster_state.ManifestApplied", "RequestAdmitted")  # type mismatch
-    assert not contract.may_carry("nrt.core.events.ManifestApplied", "ManifestApplied")  # no publisher in the subject
-    assert not contract.may_carry("nrt.core.events.nobody.ManifestApplied", "ManifestApplied")
-    assert subjects.event_origin("nrt.core.events.api_gateway.RequestAdmitted") == ("api_gateway", "RequestAdmitted")
+    assert contract.may_carry("nrt.events.cluster_state.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.events.specialist_worker.ManifestApplied", "ManifestApplied")
+    assert not contract.may_carry("nrt.events.cluster_state.ManifestApplied", "RequestAdmitted")  # type mismatch
+    assert not contract.may_carry("nrt.events.ManifestApplied", "ManifestApplied")  # no publisher in the subject
+    assert not contract.may_carry("nrt.events.nobody.ManifestApplied", "ManifestApplied")
+    assert subjects.event_origin("nrt.events.api_gateway.RequestAdmitted") == ("api_gateway", "RequestAdmitted")
     assert subjects.event_origin("nrt.route") is None
     with pytest.raises(ValueError, match="RouterFired"):
         contract.first_publisher("RouterFired")

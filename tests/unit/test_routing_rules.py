@@ -14,9 +14,9 @@ from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import Calibration
 from nrt.core.routing import (
     Scored,
+    choose_route,
     classification_prompt,
     classify_request,
-    decide,
     examples_digest,
     intent_examples,
     likelihood_calibration,
@@ -208,12 +208,12 @@ def test_below_the_calibrated_floor_the_fallback_answers() -> None:
     calibration = Calibration(
         threshold=0.31, rule="centroid", examples=4, digest=examples_digest(router_examples(manifest))
     )
-    low = decide(manifest, Scored(scores={"billing": 0.2}, best="billing", confidence=0.2), calibration)
+    low = choose_route(manifest, Scored(scores={"billing": 0.2}, best="billing", confidence=0.2), calibration)
     assert (low.intent, low.target, low.threshold, low.threshold_source) == (None, "fallback", 0.31, "calibrated")
     assert "'billing' confidence 0.20 is below the calibrated threshold 0.31" in low.rule
-    high = decide(manifest, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4), calibration)
+    high = choose_route(manifest, Scored(scores={"billing": 0.4}, best="billing", confidence=0.4), calibration)
     assert (high.intent, high.target) == ("billing", "billing")
-    uncalibrated = decide(manifest, Scored(scores={"billing": 0.2}, best="billing", confidence=0.2))
+    uncalibrated = choose_route(manifest, Scored(scores={"billing": 0.2}, best="billing", confidence=0.2))
     assert (uncalibrated.target, uncalibrated.threshold_source) == ("billing", "none")
 
 

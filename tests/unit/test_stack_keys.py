@@ -6,43 +6,43 @@ import shlex
 from pathlib import Path
 
 from nrt.core.api_keys import weak
-from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack import keys_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_keys_are_made_once_kept_private_and_reused(tmp_path: Path) -> None:
-    first, made = stack_keys.ensure(tmp_path, {})
+    first, made = keys_file.ensure(tmp_path, {})
     assert made == ["infer", "admin"]
     assert first.api_key.startswith("nrt-")
     assert first.api_key != first.admin_key
-    path = tmp_path / stack_keys.KEYS_FILE
+    path = tmp_path / keys_file.KEYS_FILE
     assert path.stat().st_mode & 0o777 == 0o600
-    again, made_again = stack_keys.ensure(tmp_path, {})
+    again, made_again = keys_file.ensure(tmp_path, {})
     assert (again, made_again) == (first, [])
-    assert stack_keys.read(tmp_path) == first
+    assert keys_file.read(tmp_path) == first
 
 
 def test_the_variables_win_and_are_written_for_the_client_commands(tmp_path: Path) -> None:
-    stack_keys.ensure(tmp_path, {})
+    keys_file.ensure(tmp_path, {})
     given = {"NRT_API_KEY": " infer-key-from-the-env ", "NRT_ADMIN_KEY": "admin-key-from-the-env"}
-    keys, made = stack_keys.ensure(tmp_path, given)
+    keys, made = keys_file.ensure(tmp_path, given)
     assert (keys.api_key, keys.admin_key, made) == ("infer-key-from-the-env", "admin-key-from-the-env", [])
-    assert stack_keys.read(tmp_path) == keys
+    assert keys_file.read(tmp_path) == keys
     assert keys.env() == {"NRT_API_KEY": "infer-key-from-the-env", "NRT_ADMIN_KEY": "admin-key-from-the-env"}
 
 
 def test_a_short_key_is_taken_and_flagged_weak(tmp_path: Path) -> None:
-    keys, made = stack_keys.ensure(tmp_path, {"NRT_ADMIN_KEY": "short"})
+    keys, made = keys_file.ensure(tmp_path, {"NRT_ADMIN_KEY": "short"})
     assert (keys.admin_key, made) == ("short", ["infer"])
     assert weak(keys.admin_key)
     assert not weak(keys.api_key)
 
 
 def test_no_keys_file_reads_as_none(tmp_path: Path) -> None:
-    assert stack_keys.read(tmp_path) is None
-    (tmp_path / stack_keys.KEYS_FILE).write_text("not json")
-    assert stack_keys.read(tmp_path) is None
+    assert keys_file.read(tmp_path) is None
+    (tmp_path / keys_file.KEYS_FILE).write_text("not json")
+    assert keys_file.read(tmp_path) is None
 
 
 def test_the_readme_curl_example_sends_the_key_in_a_header() -> None:

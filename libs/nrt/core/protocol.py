@@ -310,7 +310,7 @@ class ApplyResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CreateKey(msgspec.Struct, frozen=True, kw_only=True):
-    """Record a new API key (``nrt.core.api_keys.create``): its hash only; the gateway made the key and
+    """Record a new API key (``nrt.keys.create``): its hash only; the gateway made the key and
     shows it once. Answered with the recorded ``ApiKey`` once cluster_state has folded it."""
 
     name: str
@@ -322,7 +322,7 @@ class CreateKey(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RevokeKey(msgspec.Struct, frozen=True, kw_only=True):
-    """Revoke an API key (``nrt.core.api_keys.revoke``); answered with the revoked ``ApiKey``
+    """Revoke an API key (``nrt.keys.revoke``); answered with the revoked ``ApiKey``
     (404 ``key_not_found``; 409 ``last_admin_key`` for the last live admin key)."""
 
     key_id: str
@@ -333,7 +333,7 @@ class RevokeKey(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StateQuery(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask cluster_state (``nrt.core.state.get``) for its folded ``ClusterState``, the one recorded in PostgreSQL."""
+    """Ask cluster_state (``nrt.state.get``) for its folded ``ClusterState``, the one recorded in PostgreSQL."""
 
 
 class PromoteModel(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,7 @@
 """A manifest's router run offline, in this process: the what-if classifier (``nrt replay --what-if``).
 
 The same code the entry model's worker runs (``classify``: the encoder's example index and its
-calibrated floor, or a causal model's label likelihoods), then the same decision (``decide``:
+calibrated floor, or a causal model's label likelihoods), then the same decision (``choose_route``:
 the threshold and the dispatch rule), on a session of its own; no traffic to a live stack.
 """
 
@@ -15,7 +15,7 @@ from nrt.adapters.inference.artifact import read_record
 from nrt.adapters.inference.weights import build_session, load_weights
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import ClassifyReply
-from nrt.core.routing import Decision, classify_request, decide, restrict
+from nrt.core.routing import Decision, choose_route, classify_request, restrict
 from nrt.hosting import classify
 from nrt.hosting.model_sources import LocalArtifact, resolve
 
@@ -48,6 +48,6 @@ def offline_router(manifest: Manifest) -> Callable[[str], Decision]:
             latency_ms=0.0,
             calibration=calibration,
         )
-        return decide(manifest, restrict(reply, manifest.intent_labels), calibration)
+        return choose_route(manifest, restrict(reply, manifest.intent_labels), calibration)
 
     return decision

@@ -7,7 +7,7 @@ one identity. The permissions come from the contract's table (:data:`~nrt.adapte
 so they cannot drift from it:
 
 - publish: the subjects of the channels it publishes (``nrt.control.*`` for cluster_state only,
-  ``nrt.route`` for the gateway only...), its own event prefix ``nrt.core.events.<service>.*``,
+  ``nrt.route`` for the gateway only...), its own event prefix ``nrt.events.<service>.*``,
   and replies to the requests it received (``allow_responses``, enough for a token stream);
 - subscribe: the subjects of the channels it subscribes to, and its own inboxes
   (``_INBOX.<its public key>.>``: nobody reads another's replies);
@@ -59,7 +59,7 @@ class Permissions:
 # its own health subject, and publishes events only under its own prefix.
 OWN_TOKEN: dict[tuple[str, str], str] = {
     ("nrt.health.{service}", "subscribe"): "service",
-    ("nrt.core.events.{service}.{type}", "publish"): "service",
+    ("nrt.events.{service}.{type}", "publish"): "service",
 }
 
 

@@ -68,7 +68,7 @@ class Channel:
         return ".".join("*" if part.startswith("{") else part for part in self.address.split("."))
 
 
-# Which services may publish each event type: each publishes on its own subjects (``nrt.core.events.<service>.<Type>``,
+# Which services may publish each event type: each publishes on its own subjects (``nrt.events.<service>.<Type>``,
 # the only event subjects the server lets it publish to), and the recorder and the followers take an event only
 # from a subject this table allows for its type. router_svc is the entry model's worker: it joins, beats and
 # records its tiers and sessions as workers do; cluster_state re-seeds a new stream from the log (``reseed``).
@@ -91,8 +91,8 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "RequestRouted": ("router_svc",),
     "RequestCompleted": ("api_gateway",),
     "RequestFailed": ("api_gateway", "cluster_state"),  # cluster_state: a request whose gateway is gone
-    "ApiKeyCreated": ("cluster_state",),  # asked by the gateway (nrt.core.api_keys.create) or given at start
-    "ApiKeyRevoked": ("cluster_state",),  # asked by the gateway (nrt.core.api_keys.revoke)
+    "ApiKeyCreated": ("cluster_state",),  # asked by the gateway (nrt.keys.create) or given at start
+    "ApiKeyRevoked": ("cluster_state",),  # asked by the gateway (nrt.keys.revoke)
 }
 
 CHANNELS: tuple[Channel, ...] = (
@@ -241,7 +241,7 @@ CHANNELS: tuple[Channel, ...] = (
         summary="Is a service alive: its instance id and uptime.",
     ),
     Channel(
-        address="nrt.core.events.{service}.{type}",
+        address="nrt.events.{service}.{type}",
         payload=AnyEvent,
         reply=None,
         publishers=("api_gateway", "router_svc", "specialist_worker", "cluster_state"),

@@ -18,7 +18,7 @@ GATEWAY_HEARTBEAT = f"{PREFIX}.gateways.heartbeat"  # gateway -> cluster_state: 
 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event
 EVENTS_PREFIX = f"{PREFIX}.events"
-EVENTS_ALL = f"{EVENTS_PREFIX}.>"  # nrt.core.events.<service>.<Type>
+EVENTS_ALL = f"{EVENTS_PREFIX}.>"  # nrt.events.<service>.<Type>
 
 INFER_QUEUE = "nrt-workers"  # queue group: several workers may serve one model
 
@@ -45,7 +45,7 @@ def events_of(service: str) -> str:
 
 
 def event_origin(subject: str) -> tuple[str, str] | None:
-    """``(service, type)`` of an event subject (``nrt.core.events.<service>.<Type>``), None for any other subject."""
+    """``(service, type)`` of an event subject (``nrt.events.<service>.<Type>``), None for any other subject."""
     parts = subject.split(".")
     if len(parts) != 4 or ".".join(parts[:2]) != EVENTS_PREFIX or not parts[2] or not parts[3]:
         return None

@@ -41,10 +41,10 @@ import msgspec
 import numpy as np
 
 from nrt.adapters.inference.causal import CausalLM
-from nrt.adapters.inference.device import KV, OrtValue
 from nrt.adapters.inference.errors import GeneratorClosedError
 from nrt.adapters.inference.generation import Generation, start_generation
 from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
+from nrt.adapters.inference.kv_tensors import KV, OrtValue
 from nrt.adapters.inference.sessions import SessionStore, SessionUsage
 from nrt.adapters.inference.structs import Chunk, GenerationRequest
 

@@ -3,7 +3,7 @@
 Two ways to run it:
 
 - :class:`Stepper`, the serving path: IOBinding, with the key/value cache as ``OrtValue`` s
-  on the session's device (see :mod:`nrt.adapters.inference.device`). The host binds token ids,
+  on the session's device (see :mod:`nrt.adapters.inference.kv_tensors`). The host binds token ids,
   mask and positions; ``present`` outputs stay where ORT wrote them and become the next
   step's ``past``; only logits (or greedy ids) come back. On the CPU provider this is also
   the fastest loop: a step's presents are never wrapped as numpy arrays (re-measured with
@@ -34,8 +34,8 @@ from nrt.adapters.inference.artifact import (
     read_signature,
     require_file,
 )
-from nrt.adapters.inference.device import KV, DeviceOps, OrtValue
 from nrt.adapters.inference.errors import ArtifactError
+from nrt.adapters.inference.kv_tensors import KV, DeviceOps, OrtValue
 from nrt.adapters.inference.weights import active_provider, build_session, load_weights
 
 IntArray = npt.NDArray[np.int64]

@@ -1,12 +1,12 @@
 """Key/value cache layouts: one sequence's cache, and a left-padded batch of them.
 
-Tensors are ``OrtValue`` s on the model's device (see :mod:`nrt.adapters.inference.device`). A batch
+Tensors are ``OrtValue`` s on the model's device (see :mod:`nrt.adapters.inference.kv_tensors`). A batch
 stores every layer's keys and values as ``[B, heads, width, head_dim]``. Row ``b`` holds
 its ``lengths[b]`` valid positions right-aligned in columns ``[width - lengths[b], width)``;
 the columns on the left are zero padding, hidden from attention by the mask. Each decode
 step appends one column to every row, so the alignment survives from step to step without
 copying. Rows join or leave only between steps, and only then is the batch rebuilt (and
-trimmed to its longest row), on the device, by :class:`~nrt.adapters.inference.device.DeviceOps`.
+trimmed to its longest row), on the device, by :class:`~nrt.adapters.inference.kv_tensors.DeviceOps`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from nrt.adapters.inference.device import KV, DeviceOps, OrtValue, Piece, kv_nbytes
+from nrt.adapters.inference.kv_tensors import KV, DeviceOps, OrtValue, Piece, kv_nbytes
 from nrt.adapters.inference.transcript import Transcript
 
 IntArray = npt.NDArray[np.int64]

@@ -1,6 +1,6 @@
 """Write a small ONNX model (a handful of standard ops) as protobuf bytes, without the ``onnx`` package.
 
-The engine builds its helper graphs (:mod:`nrt.adapters.inference.device`) at run time, where only
+The engine builds its helper graphs (:mod:`nrt.adapters.inference.kv_tensors`) at run time, where only
 onnxruntime, tokenizers, numpy and msgspec are installed. Those graphs need a few fields of
 ``onnx.proto`` (ModelProto, GraphProto, NodeProto, AttributeProto, ValueInfoProto,
 TensorProto), which this module encodes in protobuf's wire format: a field is a key

@@ -10,7 +10,8 @@ from alembic.config import Config
 
 def _script_location() -> Path:
     here = Path(__file__).resolve()
-    for candidate in (here.parents[3] / "migrations", here.parents[1] / "migrations"):
+    # the repository (a checkout), else beside the nrt package
+    for candidate in (here.parents[4] / "migrations", here.parents[2] / "migrations"):
         if (candidate / "env.py").exists():
             return candidate
     raise FileNotFoundError("the alembic migrations folder was not found beside the nrt package")

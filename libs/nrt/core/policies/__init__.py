@@ -9,7 +9,7 @@ swap is a state machine of the same kind (``start_swap`` / ``advance_swap``).
 
 from nrt.core.policies.bookkeeping import absorb, note_reply, note_sent, saw_gateway, saw_heartbeat, settle
 from nrt.core.policies.budget import with_footprints
-from nrt.core.policies.decide import decide
+from nrt.core.policies.decider import decide
 from nrt.core.policies.eviction import enforce_budget, make_resident
 from nrt.core.policies.liveness import check as check_liveness
 from nrt.core.policies.model import (

@@ -12,19 +12,19 @@ their modules by whoever scores embeddings, so this package stays light for the 
 from nrt.core.routing.decision import (
     Decision,
     ModelCall,
+    choose_route,
     classify_request,
-    decide,
     resolve_model,
     restrict,
 )
 from nrt.core.routing.examples import IntentExamples, examples_digest, intent_examples, router_examples
+from nrt.core.routing.hosts import serving_workers
 from nrt.core.routing.likelihood import (
     NONE_LABEL,
     classification_prompt,
     likelihood_calibration,
     likelihood_scores,
 )
-from nrt.core.routing.placement import serving_workers
 from nrt.core.routing.scored import Scored
 from nrt.core.routing.text import routing_text
 from nrt.core.routing.threshold import Threshold, threshold_in_force
@@ -36,9 +36,9 @@ __all__ = [
     "ModelCall",
     "Scored",
     "Threshold",
+    "choose_route",
     "classification_prompt",
     "classify_request",
-    "decide",
     "examples_digest",
     "intent_examples",
     "likelihood_calibration",

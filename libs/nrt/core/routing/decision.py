@@ -14,7 +14,7 @@ from nrt.core.routing.threshold import Threshold, ThresholdSource, threshold_in_
 
 ModelCall = Literal["routed", "direct"]
 
-__all__ = ["Decision", "ModelCall", "Scored", "classify_request", "decide", "resolve_model", "restrict"]
+__all__ = ["Decision", "ModelCall", "Scored", "choose_route", "classify_request", "resolve_model", "restrict"]
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +69,7 @@ def restrict(reply: ClassifyReply, labels: tuple[str, ...]) -> Scored:
     return Scored(scores=scores, best=best, confidence=0.0)
 
 
-def decide(manifest: Manifest, scored: Scored, calibration: Calibration | None = None) -> Decision:
+def choose_route(manifest: Manifest, scored: Scored, calibration: Calibration | None = None) -> Decision:
     """Apply the confidence threshold and the dispatch rule to ``scored``.
 
     The threshold is the entry model's ``confidence_threshold``, else the ``calibration``

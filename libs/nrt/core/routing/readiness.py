@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from nrt.core.manifest import Manifest, ModelSpec
 from nrt.core.policies.placement import device_mismatch, host_role
-from nrt.core.routing.placement import serving_workers
+from nrt.core.routing.hosts import serving_workers
 from nrt.core.state import ClusterState, LoadFailure, WorkerState
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime  # at run time: msgspec resolves it to decode a ClusterState (nrt.core.state.get)
+from datetime import datetime  # at run time: msgspec resolves it to decode a ClusterState (nrt.state.get)
 
 import msgspec
 

@@ -3,7 +3,7 @@ longer holds its beginning.
 
 The stream keeps only the recent part of the log (``NRT_EVENTS_STREAM_MAX_MSGS`` / ``..._MAX_AGE_S``);
 PostgreSQL keeps all of it. A follower (the gateway, router_svc, a worker) that finds the stream's
-first message past sequence 1 asks cluster_state (``nrt.core.state.snapshot``) for a ``StreamSnapshot``:
+first message past sequence 1 asks cluster_state (``nrt.state.snapshot``) for a ``StreamSnapshot``:
 its folded state, the stream sequence up to which every message is in it, and the ids of the events
 in it that the stream carries later (cluster_state's own decisions, appended to the log before they
 are published). The follower continues from the next sequence and skips those ids, so it folds every
@@ -26,7 +26,7 @@ from nrt.core.state.model import ClusterState, Counters, KeyUsage, ModelState
 
 
 class StreamSnapshotQuery(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask cluster_state (``nrt.core.state.snapshot``) for its fold as a follower of the stream takes it up."""
+    """Ask cluster_state (``nrt.state.snapshot``) for its fold as a follower of the stream takes it up."""
 
 
 class StreamSnapshot(msgspec.Struct, frozen=True, kw_only=True):

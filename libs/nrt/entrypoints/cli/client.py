@@ -21,8 +21,7 @@ from rich.live import Live
 from nrt.core.units import format_size
 from nrt.entrypoints.cli.settings import cli_settings
 from nrt.entrypoints.cli.status_view import device_label, failure_line, last_failures, status_view
-from nrt.entrypoints.stack import endpoints
-from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack import endpoints, keys_file
 
 
 def gateway_url(url: str | None) -> str:
@@ -37,12 +36,12 @@ def gateway_url(url: str | None) -> str:
     return found.gateway_url
 
 
-def local_keys(base: str) -> stack_keys.StackKeys | None:
+def local_keys(base: str) -> keys_file.StackKeys | None:
     """The keys of the local `nrt up` stack, when ``base`` is its gateway (a key goes to no other server)."""
     found = endpoints.discover()
     if found is None or found.gateway_url.rstrip("/") != base:
         return None
-    return stack_keys.read()
+    return keys_file.read()
 
 
 def auth_headers(base: str, given: str | None, admin: bool = False) -> dict[str, str]:

@@ -15,7 +15,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("nrt.entrypoints.cli.health", "health"),
     ("nrt.entrypoints.cli.client", "chat"),
     ("nrt.entrypoints.cli.client", "status"),
-    ("nrt.entrypoints.cli.keys", "keys"),
+    ("nrt.entrypoints.cli.keys_command", "keys"),
     ("nrt.entrypoints.cli.audit", "replay"),
     ("nrt.entrypoints.cli.audit", "audit"),
     ("nrt.entrypoints.cli.audit", "events"),

@@ -27,8 +27,7 @@ from nrt.adapters.store import upgrade
 from nrt.core.api_keys import MIN_KEY_LENGTH, weak
 from nrt.core.manifest import Manifest, ManifestError, load_manifest
 from nrt.entrypoints.cli.settings import cli_settings
-from nrt.entrypoints.stack import backing, endpoints
-from nrt.entrypoints.stack import keys as stack_keys
+from nrt.entrypoints.stack import backing, endpoints, keys_file
 from nrt.entrypoints.stack.backing import Backing
 from nrt.entrypoints.stack.bus import StackBus, stack_bus
 from nrt.entrypoints.stack.given import GivenManifest, compare_with_log, wait_served
@@ -43,7 +42,7 @@ DATABASE_ROLE = "nrt"  # what the services connect as: owns the database, no sup
 
 
 def default_manifest() -> Path:
-    return Path(__file__).resolve().parents[3] / "manifests" / "customer-support.yaml"
+    return Path(__file__).resolve().parents[4] / "manifests" / "customer-support.yaml"
 
 
 def _say(message: str) -> None:
@@ -140,16 +139,16 @@ async def readiness_problem(client: httpx.AsyncClient, url: str, instance: str) 
     return response.text[:200]
 
 
-def _api_keys(data_dir: Path) -> stack_keys.StackKeys:
+def _api_keys(data_dir: Path) -> keys_file.StackKeys:
     """The stack's API keys (NRT_API_KEY / NRT_ADMIN_KEY, else its keys file, else new ones), said once made."""
-    keys, made = stack_keys.ensure(data_dir, os.environ)
+    keys, made = keys_file.ensure(data_dir, os.environ)
     shown = {"infer": ("NRT_API_KEY", keys.api_key), "admin": ("NRT_ADMIN_KEY", keys.admin_key)}
     for scope, (variable, key) in shown.items():
         if scope in made:
             _say(f"created the {scope} API key ({variable}): {key}")
         elif weak(key):
             _say(f"WARNING: {variable} is shorter than {MIN_KEY_LENGTH} characters: easy to guess")
-    _say(f"API keys in {data_dir / stack_keys.KEYS_FILE} (mode 0600); `nrt chat`, `nrt status`, `nrt keys` use them")
+    _say(f"API keys in {data_dir / keys_file.KEYS_FILE} (mode 0600); `nrt chat`, `nrt status`, `nrt keys` use them")
     if os.environ.get("NRT_AUTH", "").lower() in ("off", "0", "false", "no"):
         _say("WARNING: NRT_AUTH=off: the gateway checks no API key; for local experiments only")
     return keys

@@ -1,6 +1,6 @@
 """``/v1/keys`` (admin): make, list and revoke API keys.
 
-The gateway makes a new key and sends only its hash to cluster_state (``nrt.core.api_keys.create``),
+The gateway makes a new key and sends only its hash to cluster_state (``nrt.keys.create``),
 which records ``ApiKeyCreated``; the key is in the answer, this once. Each change answers
 once the gateway's own fold holds it, so a new key works, and a revoked one is refused,
 from the next request on.
@@ -16,10 +16,10 @@ from litestar.params import FromPath, JSONBody
 from msgspec.structs import asdict
 
 from api_gateway.auth import admin_key, caller
+from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import KeyCreated, KeyCreateRequest, KeyInfo, KeyList, KeyUsageInfo
 from api_gateway.openapi_docs import KEYED, errors, options_handler
-from api_gateway.runtime import Runtime
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import call
 from nrt.adapters.bus.errors import RemoteError
@@ -65,9 +65,9 @@ def _usage(key: ApiKey) -> KeyUsageInfo:
     summary="Create an API key (admin): the key is in this answer only; the log keeps its hash",
 )
 async def create_key(
-    data: JSONBody[KeyCreateRequest], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+    data: JSONBody[KeyCreateRequest], request: Request[Any, Any, Any], cluster_link: NamedDependency[ClusterLink]
 ) -> KeyCreated:
-    bus = runtime.require()
+    bus = cluster_link.require()
     key = generate_key()
     digest = key_sha256(key)
     asked = CreateKey(
@@ -94,8 +94,8 @@ async def create_key(
     responses=errors(*KEYED, 503),
     summary="Every API key (admin): ids, names, scopes, limits, usage; never a key",
 )
-async def list_keys(runtime: NamedDependency[Runtime]) -> KeyList:
-    bus = runtime.require()
+async def list_keys(cluster_link: NamedDependency[ClusterLink]) -> KeyList:
+    bus = cluster_link.require()
     try:  # cluster_state's fold counts each key's usage; the gateway's own follows no requests
         state = await call(bus.broker, subjects.STATE, StateQuery(), ClusterState, timeout=KEYS_TIMEOUT)
         with_usage = True
@@ -113,9 +113,9 @@ async def list_keys(runtime: NamedDependency[Runtime]) -> KeyList:
     summary="Revoke an API key (admin): refused from the next request on",
 )
 async def revoke_key(
-    key_id: FromPath[str], request: Request[Any, Any, Any], runtime: NamedDependency[Runtime]
+    key_id: FromPath[str], request: Request[Any, Any, Any], cluster_link: NamedDependency[ClusterLink]
 ) -> KeyInfo:
-    bus = runtime.require()
+    bus = cluster_link.require()
     asked = RevokeKey(key_id=key_id, revoked_by=caller(request).key_id)
     try:
         revoked = await call(bus.broker, subjects.KEYS_REVOKE, asked, ApiKey, KEYS_TIMEOUT)

@@ -20,8 +20,8 @@ from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
-from api_gateway.exchange import Inboxes, not_connected
 from api_gateway.ratelimit import RateLimiter
+from api_gateway.reply_stream import Inboxes, not_connected
 from api_gateway.settings import GatewaySettings
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import start_broker
@@ -61,7 +61,7 @@ def _end_on_loss(inboxes: Inboxes, event: AnyEvent) -> None:
             log.warning("worker %s was lost (%s): ended %d request(s) on it", event.worker_id, event.reason, ended)
 
 
-class Runtime:
+class ClusterLink:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         # this process, as its RequestAdmitted events and its heartbeats name it: a request has an owner while it beats

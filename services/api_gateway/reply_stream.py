@@ -129,7 +129,7 @@ class Inboxes:
         return len(self._queues)
 
 
-class RouteExchange:
+class ReplyStream:
     def __init__(self, nc: Client, inboxes: Inboxes, settings: GatewaySettings) -> None:
         self.nc, self.inboxes, self.settings = nc, inboxes, settings
         self.inbox, self.queue = inboxes.open()
