@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_processes import STACK_ENV, OtlpReceiver, Stack
 
 from nrt.adapters.infra import free_port
 from nrt.entrypoints.stack.endpoints import discover, stack_dir
+from stack_processes import STACK_ENV, OtlpReceiver, Stack
 
 
 @pytest.fixture

@@ -22,12 +22,11 @@ import psycopg
 import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
-from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
 from nrt.adapters.infra.pgurl import to_libpq
 from nrt.testing import stacks
-
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
+from stack_processes import OtlpReceiver, alive, descendants, tiny_manifest
 
 
 async def _anonymous(url: str) -> None:

@@ -8,12 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
-
 from nrt.adapters.infra import EmbeddedNats, free_port
 from nrt.entrypoints.cli.up import SERVICES
 from nrt.testing.processes import command_line, executable_name, python_services
 from nrt.testing.stacks import eventually
+from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
 
 TINY = tiny_manifest("tiny-lifecycle")
 

@@ -11,9 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
-
 from nrt.adapters.infra import free_port
+from stack_processes import STACK_ENV, alive, descendants, tiny_manifest
 
 
 def start_time(pid: int) -> str:

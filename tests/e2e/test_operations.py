@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import openai
 from openai import OpenAI
-from stack_processes import STACK_ENV, Stack, alive, descendants, tiny_manifest
 
 from nrt.entrypoints.cli.up import SERVICES
 from nrt.entrypoints.stack.endpoints import ENDPOINTS_FILE
 from nrt.testing import stacks
+from stack_processes import STACK_ENV, Stack, alive, descendants, tiny_manifest
 
 TINY = tiny_manifest("tiny-ops")
 # transport errors count as "not yet"

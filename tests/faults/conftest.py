@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fault_kit import STACK_ENV, FaultStack
 
+from fault_kit import STACK_ENV, FaultStack
 from nrt.adapters.infra import free_port
 from nrt.entrypoints.stack.endpoints import discover, stack_dir
 from nrt.testing.stacks import tiny_manifest

@@ -9,7 +9,6 @@ import re
 import time
 
 from fault_kit import FaultStack, Outcome, Streamed, report, request_events, stream
-
 from nrt.adapters.store import EventStore
 
 LONG = 450  # tokens: far more than the client reads

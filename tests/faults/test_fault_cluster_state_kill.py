@@ -13,7 +13,6 @@ import signal
 import time
 
 from fault_kit import FaultStack, Traffic, eventually, report, served
-
 from nrt.entrypoints.cli.up import SERVICES
 from nrt.testing.processes import python_services
 

@@ -17,8 +17,8 @@ from collections import Counter
 
 import httpx
 import psycopg
-from fault_kit import FaultStack, Traffic, live_state, report, served
 
+from fault_kit import FaultStack, Traffic, live_state, report, served
 from nrt.adapters.infra.pgurl import to_libpq
 from nrt.entrypoints.stack.endpoints import stack_dir
 

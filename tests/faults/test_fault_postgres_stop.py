@@ -14,7 +14,6 @@ import statistics
 import time
 
 from fault_kit import FaultStack, Traffic, report, served
-
 from nrt.testing.processes import descendants, executable_name
 
 FROZEN_S = 30.0

@@ -15,8 +15,8 @@ import threading
 import time
 
 import httpx
-from fault_kit import FaultStack, Outcome, Streamed, report, stream
 
+from fault_kit import FaultStack, Outcome, Streamed, report, stream
 from nrt.testing.processes import python_services
 
 LONG = 450  # tokens (the tiny model's window is 512): a stream still runs when the worker is killed

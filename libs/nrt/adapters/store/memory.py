@@ -3,7 +3,7 @@
 Same positions, stream versions, optimistic concurrency, idempotency by event id, hash
 chain (``nrt.core.eventlog.hashchain``), canonical bodies (``nrt.core.events.encode``), replay order,
 verification and checkpoints as ``nrt.adapters.store.EventStore``: both pass the contract tests in
-``tests/store/test_contract.py``. For handler tests and tools that need a log but no
+``tests/integration/store/test_contract.py``. For handler tests and tools that need a log but no
 server. Appends are atomic because nothing in them awaits.
 """
 

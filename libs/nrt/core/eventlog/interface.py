@@ -2,7 +2,7 @@
 
 ``nrt.adapters.store.EventStore`` keeps it in PostgreSQL, ``nrt.adapters.store.InMemoryEventStore`` in
 this process (tests, tools). Both pass the same contract tests
-(``tests/store/test_contract.py``); code that only appends, reads and verifies the log
+(``tests/integration/store/test_contract.py``); code that only appends, reads and verifies the log
 takes an ``EventLog``.
 """
 

@@ -1,0 +1,240 @@
+"""Settings: every variable is read by one typed field, with its default, and a bad value names its variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from pydantic import SecretStr
+from tools import settings_doc
+
+from api_gateway.settings import GatewaySettings
+from cluster_state.settings import ClusterStateSettings
+from nrt.adapters.bus.jetstream import StreamLimits
+from nrt.adapters.settings import Settings, SettingsError, models_dir, nrt_home
+from nrt.core.policies import Tuning
+from nrt.entrypoints.cli.main import cli
+from nrt.entrypoints.cli.settings import CliSettings
+from nrt.hosting.remote.policy import RemotePolicy
+from paths import ROOT
+from router_svc.settings import RouterSettings
+from specialist_worker.settings import WorkerSettings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No variable of the table is set, whatever the shell running the tests has."""
+    for variable in settings_doc.variables():
+        monkeypatch.delenv(variable.name, raising=False)
+
+
+def test_the_defaults_are_the_documented_ones() -> None:
+    gateway = GatewaySettings.from_env()
+    assert (gateway.nats_url, gateway.database_url, gateway.log_level, gateway.otlp_endpoint) == (
+        "nats://127.0.0.1:4222",
+        None,
+        "INFO",
+        None,
+    )
+    assert (gateway.host, gateway.port, gateway.auth) == ("127.0.0.1", 8080, True)
+    assert (gateway.max_body_bytes, gateway.max_tokens_limit) == (1024 * 1024, 16384)
+    assert (gateway.route_timeout, gateway.idle_timeout, gateway.request_timeout, gateway.apply_timeout) == (
+        30.0,
+        60.0,
+        600.0,
+        300.0,
+    )
+    router = RouterSettings.from_env()
+    assert (router.classify_timeout, router.manifest_wait, router.queue) == (30.0, 5.0, "nrt-router")
+    worker = WorkerSettings.from_env()
+    assert (worker.worker_id, worker.worker_ram, worker.worker_max_batch, worker.worker_ort_spin) == (
+        None,
+        None,
+        16,
+        False,
+    )
+    assert worker.heartbeat_s == 0.5
+    assert worker.remote_policy() == RemotePolicy(connect_timeout_s=5.0, read_timeout_s=60.0, connect_attempts=3)
+    state = ClusterStateSettings.from_env()
+    assert (state.manifest, state.heartbeat_s, state.missed_heartbeats) == (None, 0.5, 3)
+    assert state.tuning() == Tuning(heartbeat_s=0.5)
+    assert CliSettings.from_env().gateway_url is None
+    assert Settings.from_env().home.name == "nrt"  # the user cache dir's nrt folder
+
+
+def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    values = {
+        "NRT_NATS_URL": ("nats://10.0.0.1:4222", "nats_url", "nats://10.0.0.1:4222"),
+        "NRT_DATABASE_URL": ("postgresql://u@db:5432/x", "database_url", "postgresql://u@db:5432/x"),
+        "NRT_NATS_NKEY_SEED_FILE": (
+            "/run/nrt/bus.nk",
+            "nats_nkey_seed_file",
+            Path("/run/nrt/bus.nk"),
+        ),
+        "NRT_NATS_TLS_CA": ("/etc/nrt/ca.pem", "nats_tls_ca", Path("/etc/nrt/ca.pem")),
+        "NRT_HOME": (str(tmp_path), "home", tmp_path),
+        "NRT_LOG_LEVEL": ("debug", "log_level", "DEBUG"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": ("http://jaeger:4318", "otlp_endpoint", "http://jaeger:4318"),
+        "NRT_AUTH": ("off", "auth", False),
+        "NRT_API_KEY": ("an-infer-key-0123456789", "api_key", SecretStr("an-infer-key-0123456789")),
+        "NRT_ADMIN_KEY": ("an-admin-key-0123456789", "admin_key", SecretStr("an-admin-key-0123456789")),
+        "NRT_GATEWAY_HOST": ("0.0.0.0", "host", "0.0.0.0"),
+        "NRT_GATEWAY_PORT": ("9000", "port", 9000),
+        "NRT_GATEWAY_MAX_BODY_BYTES": ("2048", "max_body_bytes", 2048),
+        "NRT_GATEWAY_MAX_TOKENS": ("64", "max_tokens_limit", 64),
+        "NRT_GATEWAY_ROUTE_TIMEOUT": ("2.5", "route_timeout", 2.5),
+        "NRT_GATEWAY_IDLE_TIMEOUT": ("3", "idle_timeout", 3.0),
+        "NRT_GATEWAY_FIRST_TOKEN_TIMEOUT": ("7", "first_token_timeout", 7.0),
+        "NRT_GATEWAY_TOKEN_TIMEOUT_FACTOR": ("20", "token_timeout_factor", 20.0),
+        "NRT_GATEWAY_TOKEN_TIMEOUT_FLOOR": ("2", "token_timeout_floor", 2.0),
+        "NRT_GATEWAY_REQUEST_TIMEOUT": ("40", "request_timeout", 40.0),
+        "NRT_GATEWAY_APPLY_TIMEOUT": ("50", "apply_timeout", 50.0),
+        "NRT_ROUTER_CLASSIFY_TIMEOUT": ("7", "classify_timeout", 7.0),
+        "NRT_ROUTER_MANIFEST_WAIT": ("0.5", "manifest_wait", 0.5),
+        "NRT_ROUTER_WORKER_ID": ("r-7", "router_worker_id", "r-7"),
+        "NRT_ROUTER_RAM": ("2GB", "router_ram", 2 * 10**9),
+        "NRT_ROUTER_MAX_BATCH": ("6", "router_max_batch", 6),
+        "NRT_ROUTER_ORT_THREADS": ("1", "router_ort_threads", 1),
+        "NRT_WORKER_ORT_THREADS": ("2", "worker_ort_threads", 2),
+        "NRT_UVLOOP": ("0", "uvloop", False),
+        "NRT_METRICS_PORT": ("9464", "metrics_port", 9464),
+        "NRT_METRICS_HOST": ("127.0.0.1", "metrics_host", "127.0.0.1"),
+        "NRT_HEARTBEAT_S": ("0.25", "heartbeat_s", 0.25),
+        "NRT_WORKER_ID": ("w-7", "worker_id", "w-7"),
+        "NRT_WORKER_RAM": ("8GB", "worker_ram", 8 * 10**9),
+        "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
+        "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
+        "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
+        "NRT_WORKER_REMOTE_CONNECT_TIMEOUT": ("1.5", "worker_remote_connect_timeout", 1.5),
+        "NRT_WORKER_REMOTE_READ_TIMEOUT": ("30", "worker_remote_read_timeout", 30.0),
+        "NRT_WORKER_REMOTE_CONNECT_ATTEMPTS": ("2", "worker_remote_connect_attempts", 2),
+        "NRT_MANIFEST": ("/etc/nrt.yaml", "manifest", Path("/etc/nrt.yaml")),
+        "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),
+        "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),
+        "NRT_GATEWAY_INSTANCE": ("abc123", "instance", "abc123"),
+        "NRT_GATEWAY_MAX_MESSAGES": ("100", "max_messages", 100),
+        "NRT_SNAPSHOT_EVERY_EVENTS": ("500", "snapshot_every_events", 500),
+        "NRT_SNAPSHOT_EVERY_S": ("30", "snapshot_every_s", 30.0),
+        "NRT_EVENTS_STREAM_MAX_MSGS": ("250000", "events_stream_max_msgs", 250_000),
+        "NRT_EVENTS_STREAM_MAX_AGE_S": ("3600", "events_stream_max_age_s", 3600.0),
+    }
+    assert set(values) == {v.name for v in settings_doc.variables()}, "a variable without a test value"
+    for name, (raw, _, _) in values.items():
+        monkeypatch.setenv(name, raw)
+    for _, cls in settings_doc.readers():
+        read = cls.from_env()
+        for name, (_, field, expected) in values.items():
+            if field in cls.model_fields:
+                assert getattr(read, field) == expected, f"{cls.__name__}.{field} from {name}"
+    assert ClusterStateSettings.from_env().tuning() == Tuning(heartbeat_s=0.25, missed_beats=5)
+    assert StreamLimits.of(ClusterStateSettings.from_env()) == StreamLimits(max_msgs=250_000, max_age_s=3600.0)
+
+
+def test_nrt_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NRT_HOME", str(tmp_path / "one"))
+    assert models_dir() == tmp_path / "one" / "models"
+    monkeypatch.setenv("NRT_HOME", str(tmp_path / "two"))
+    assert nrt_home() == tmp_path / "two"
+
+
+def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_GATEWAY_PORT", "")
+    monkeypatch.setenv("NRT_ADMIN_KEY", "")
+    monkeypatch.setenv("NRT_WORKER_RAM", "")
+    assert GatewaySettings.from_env().port == 8080
+    assert ClusterStateSettings.from_env().admin_key is None
+    assert WorkerSettings.from_env().worker_ram is None
+
+
+def test_a_renamed_field_is_read_only_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_PORT", "1")  # the field is `port`, its variable NRT_GATEWAY_PORT
+    monkeypatch.setenv("NRT_ROUTE_TIMEOUT", "1")
+    gateway = GatewaySettings.from_env()
+    assert (gateway.port, gateway.route_timeout) == (8080, 30.0)
+
+
+def test_code_sets_fields_by_name_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_GATEWAY_ROUTE_TIMEOUT", "9")
+    monkeypatch.setenv("NRT_GATEWAY_IDLE_TIMEOUT", "8")
+    gateway = GatewaySettings(route_timeout=2, nats_url="nats://elsewhere:4222")
+    assert (gateway.route_timeout, gateway.idle_timeout, gateway.nats_url) == (2.0, 8.0, "nats://elsewhere:4222")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "cls", "says"),
+    [
+        ("NRT_GATEWAY_PORT", "http", GatewaySettings, "NRT_GATEWAY_PORT='http': Input should be a valid integer"),
+        ("NRT_GATEWAY_PORT", "70000", GatewaySettings, "NRT_GATEWAY_PORT='70000': Input should be less than"),
+        ("NRT_GATEWAY_ROUTE_TIMEOUT", "-1", GatewaySettings, "NRT_GATEWAY_ROUTE_TIMEOUT='-1': Input should be greater"),
+        ("NRT_LOG_LEVEL", "loud", RouterSettings, "NRT_LOG_LEVEL='LOUD': Input should be 'CRITICAL', 'ERROR'"),
+        ("NRT_WORKER_RAM", "lots", WorkerSettings, "NRT_WORKER_RAM='lots': Value error, expected a size"),
+        ("NRT_WORKER_MAX_BATCH", "0", WorkerSettings, "NRT_WORKER_MAX_BATCH='0': Input should be greater than"),
+        (
+            "NRT_WORKER_ORT_SPIN",
+            "maybe",
+            WorkerSettings,
+            "NRT_WORKER_ORT_SPIN='maybe': Input should be a valid boolean",
+        ),
+        ("NRT_HEARTBEAT_S", "0", ClusterStateSettings, "NRT_HEARTBEAT_S='0': Input should be greater than 0"),
+        ("NRT_MISSED_HEARTBEATS", "few", ClusterStateSettings, "NRT_MISSED_HEARTBEATS='few': Input should be"),
+    ],
+)
+def test_a_bad_value_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, cls: type[Settings], says: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        cls.from_env()
+    assert str(caught.value).startswith("invalid configuration: ")
+    assert says in str(caught.value)
+
+
+def test_every_bad_value_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_GATEWAY_PORT", "http")
+    monkeypatch.setenv("NRT_GATEWAY_MAX_TOKENS", "many")
+    with pytest.raises(SettingsError, match=r"NRT_GATEWAY_PORT='http': .*; NRT_GATEWAY_MAX_TOKENS='many': "):
+        GatewaySettings.from_env()
+
+
+def test_a_service_with_a_bad_value_exits_2_naming_it() -> None:
+    env = {**os.environ, "NRT_LOG_LEVEL": "loud", "PYTHONPATH": f"{ROOT / 'libs'}{os.pathsep}{ROOT / 'services'}"}
+    for service in ("router_svc", "api_gateway"):
+        done = subprocess.run(
+            [sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"{service}: invalid configuration: NRT_LOG_LEVEL='LOUD'" in done.stderr
+
+
+def test_the_cli_reports_a_bad_value_as_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_LOG_LEVEL", "loud")
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 2
+    assert "invalid configuration: NRT_LOG_LEVEL='LOUD'" in result.output
+
+
+def test_the_cli_reads_the_gateway_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NRT_GATEWAY_URL", "http://127.0.0.1:9/")  # nothing listens on the discard port
+    result = CliRunner().invoke(cli, ["status"])
+    assert isinstance(result.exception, httpx.ConnectError)
+    assert str(result.exception.request.url) == "http://127.0.0.1:9/v1/cluster"
+
+
+def test_the_readme_table_is_the_generated_one() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert settings_doc.table_in(readme) == settings_doc.generated_block(), (
+        "the README's configuration table is stale: run `python -m tools.settings_doc --write README.md`"
+    )
+
+
+def test_every_variable_has_a_row_and_a_meaning() -> None:
+    table = settings_doc.render_table()
+    for _, cls in settings_doc.readers():
+        for field, info in cls.model_fields.items():
+            assert info.description, f"{cls.__name__}.{field}"
+            assert f"| `{settings_doc.env_name(cls, field)}` |" in table
