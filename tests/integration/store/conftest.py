@@ -1,4 +1,5 @@
-"""Every event store behind ``nrt.core.eventlog.EventLog``: PostgreSQL (a fresh database) and in memory (no server)."""
+"""Every event store behind ``nrt.core.eventlog.EventLog`` here: PostgreSQL (a fresh database), and in
+memory too for the decision contract (the in-memory store's run of the log's contract is in tests/fast)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,8 @@
 No I/O here. ``router_svc`` asks the entry model for label scores and calls this core;
 the gateway uses ``resolve_model`` to tell routed from direct calls. The label set
 always comes from the manifest: scores for any other label are dropped. An encoder
-router's decision rules (``nrt.hosting.embeddings.rules``), its example index (``nrt.hosting.embeddings.index``)
-and the floor it calibrates from its own examples (``nrt.hosting.embeddings.calibration``) live here
-too, so they run wherever the router model does; they use numpy and are imported from
-their modules by whoever scores embeddings, so this package stays light for the gateway.
+router's numeric side (the example index, the decision rules, the calibrated floor: numpy)
+is model hosting, in ``nrt.hosting.embeddings``; what it scores comes back here as ``Scored``.
 """
 
 from nrt.core.routing.decision import (

@@ -4,6 +4,10 @@ Ordering, stream versions, optimistic concurrency, idempotency, reads, replay, t
 chain and consumer checkpoints behave the same whichever store holds the log.
 PostgreSQL-only behaviour (the append-only trigger, COPY, a second writer's stale cache)
 is in tests/integration/store/test_event_store.py.
+
+The tests run from the files that import them with a ``backend`` fixture:
+``tests/fast/adapters/test_memory_store_contract.py`` (in memory) and
+``tests/integration/store/test_postgres_store_contract.py`` (PostgreSQL).
 """
 
 from __future__ import annotations

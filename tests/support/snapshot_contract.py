@@ -1,5 +1,7 @@
 """Snapshots in every store: saved with the chain hash of their position, found at or before a target,
-ignored when their fold version or chain hash does not match, and checked by the audit."""
+ignored when their fold version or chain hash does not match, and checked by the audit.
+
+Run, like ``store_contract``, by the memory and PostgreSQL contract files."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""Settings: every variable is read by one typed field, with its default, and a bad value names its variable."""
+"""Settings: every variable is read by one typed field, with its default, and a bad value names its variable.
+
+In processes (a service started with a bad value, the CLI reaching the gateway): test_settings_processes.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import httpx
 import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
@@ -23,14 +22,10 @@ from nrt.entrypoints.cli.settings import CliSettings
 from nrt.hosting.remote.policy import RemotePolicy
 from paths import ROOT
 from router_svc.settings import RouterSettings
+from settings_env import clean_environment
 from specialist_worker.settings import WorkerSettings
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No variable of the table is set, whatever the shell running the tests has."""
-    for variable in settings_doc.variables():
-        monkeypatch.delenv(variable.name, raising=False)
+__all__ = ["clean_environment"]  # the autouse fixture
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
@@ -201,28 +196,11 @@ def test_every_bad_value_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> No
         GatewaySettings.from_env()
 
 
-def test_a_service_with_a_bad_value_exits_2_naming_it() -> None:
-    env = {**os.environ, "NRT_LOG_LEVEL": "loud", "PYTHONPATH": f"{ROOT / 'libs'}{os.pathsep}{ROOT / 'services'}"}
-    for service in ("router_svc", "api_gateway"):
-        done = subprocess.run(
-            [sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
-        assert done.returncode == 2, done.stderr
-        assert f"{service}: invalid configuration: NRT_LOG_LEVEL='LOUD'" in done.stderr
-
-
 def test_the_cli_reports_a_bad_value_as_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NRT_LOG_LEVEL", "loud")
     result = CliRunner().invoke(cli, ["status"])
     assert result.exit_code == 2
     assert "invalid configuration: NRT_LOG_LEVEL='LOUD'" in result.output
-
-
-def test_the_cli_reads_the_gateway_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NRT_GATEWAY_URL", "http://127.0.0.1:9/")  # nothing listens on the discard port
-    result = CliRunner().invoke(cli, ["status"])
-    assert isinstance(result.exception, httpx.ConnectError)
-    assert str(result.exception.request.url) == "http://127.0.0.1:9/v1/cluster"
 
 
 def test_the_readme_table_is_the_generated_one() -> None:
