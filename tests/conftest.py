@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -47,6 +48,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if reason is not None:
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests never reach the Hugging Face Hub (these machines cannot): ``hf://`` sources resolve from a
+    Hugging Face cache of this run's own (tests build checkpoints there), offline. Set before anything
+    imports huggingface_hub, which reads both variables once; subprocesses inherit them."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_CACHE", tempfile.mkdtemp(prefix="nrt-test-hf-cache-"))
 
 
 @pytest.fixture(scope="session")

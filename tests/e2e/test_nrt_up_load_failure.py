@@ -79,7 +79,7 @@ def test_nrt_up_gives_up_on_a_model_that_cannot_load_names_it_and_leaves_nothing
     assert process.returncode == 1, output[-3000:]
     assert "giving up" in output
     assert "billing (on " in output  # the model, the worker that tried it and why it could not load it
-    assert "unresolvable_source: source 'hf://nobody/missing'" in output
+    assert "unresolvable_source: source hf://nobody/missing: not in the Hugging Face cache" in output
     assert "NRT is up" not in output
     assert "nrt up: stopping" in output  # it stopped the stack on its way out
     assert "nrt up: cluster_state stopped" in output

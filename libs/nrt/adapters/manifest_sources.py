@@ -34,10 +34,44 @@ def footprint_of(source: str) -> int | None:
     if isinstance(resolved, CatalogueSource):
         prepared = find_prepared(resolved.name)
         return prepared.record.total_bytes if prepared is not None else get_entry(resolved.name).approx_bytes
-    if isinstance(resolved, LocalSource):
-        model = Path(resolved.path).expanduser() / MODEL_FILE
-        return model.stat().st_size if model.is_file() else None
+    if isinstance(resolved, LocalSource) and (Path(resolved.path).expanduser() / MODEL_FILE).is_file():
+        return (Path(resolved.path).expanduser() / MODEL_FILE).stat().st_size
+    return _checkpoint_footprint(source)
+
+
+def _checkpoint_footprint(source: str) -> int | None:
+    """An operator's checkpoint: its prepared artifact's bytes, else its recipe's estimate from the
+    weights in the Hugging Face cache; None when it is not there yet (or not a checkpoint)."""
+    from nrt.adapters.catalogue import LocatedArtifact, SourceError, host_provider, locate
+    from nrt.adapters.catalogue.checkpoints import checkpoint_entry
+    from nrt.adapters.catalogue.locate import CheckpointNotPrepared
+
+    provider = host_provider()
+    try:
+        located = locate(source, provider)
+    except CheckpointNotPrepared as missing:
+        return checkpoint_entry(missing.checkpoint).serving(provider).approx_bytes
+    except SourceError:
+        return None
+    if isinstance(located, LocatedArtifact) and located.catalogue is not None:
+        return located.catalogue.artifact.record.total_bytes
     return None
+
+
+def pending_sources(manifest: Manifest) -> list[str]:
+    """One line per model a worker here must fetch from the Hub or prepare before it serves it."""
+    from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
+
+    provider = host_provider()
+    lines = []
+    for spec in manifest.models:
+        try:
+            locate(spec.source, provider)
+        except NotPrepared as exc:
+            lines.append(f"{spec.id}: {exc}")
+        except SourceError:
+            continue  # a problem: unusable_sources reports it
+    return lines
 
 
 def source_warnings(manifest: Manifest) -> list[str]:
@@ -56,9 +90,12 @@ def source_warnings(manifest: Manifest) -> list[str]:
 
 def unusable_sources(manifest: Manifest) -> list[Problem]:
     """Each model whose source a worker on this machine could not use, as a problem at its ``source``
-    line: a source NRT cannot fetch (``hf://``), an unknown catalogue model, a local directory with
-    no ONNX export. A catalogue model not prepared yet is usable (``nrt up`` prepares it). Resolved
-    as a worker resolves it (:func:`nrt.adapters.catalogue.locate`), without reading weights."""
+    line: an ``hf://`` source the Hub will not give (offline and not cached, gated, missing, an
+    unsupported architecture), an unknown catalogue model, a local directory that is neither an ONNX
+    export nor a checkpoint. A model not prepared (or not downloaded) yet is usable: ``nrt up``
+    prepares catalogue models, a worker fetches and prepares a checkpoint (:func:`pending_sources`
+    lists them). Resolved as a worker resolves it (:func:`nrt.adapters.catalogue.locate`), without
+    downloading or reading weights."""
     from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
 
     provider = host_provider()

@@ -19,16 +19,22 @@ from nrt.adapters.catalogue import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_KEY_ENV,
     AnthropicSource,
+    LocatedArtifact,
     NotAnExport,
     NotPrepared,
     PreparedModel,
     Provider,
     RemoteSource,
     SourceError,
+    catalogue_names,
+    default_providers,
     get_entry,
     host_provider,
     locate,
+    prepare,
 )
+from nrt.adapters.catalogue.checkpoints import checkpoint_entry
+from nrt.adapters.catalogue.locate import CheckpointNotPrepared
 from nrt.core.manifest import ModelSpec
 
 log = logging.getLogger("nrt.worker")
@@ -68,11 +74,13 @@ def resolve(
 
     An artifact resolves to its variant for ``provider`` (default: the one this worker's sessions
     run on, ``cuda`` with onnxruntime-gpu and a GPU) when that is built, else to its root variant
-    (:func:`nrt.adapters.catalogue.locate`).
+    (:func:`nrt.adapters.catalogue.locate`). An operator's checkpoint (``hf://``, or a local Hugging
+    Face checkpoint) is fetched into the Hugging Face cache and prepared here the first time, once
+    per host (the catalogue's build lock: a second worker waits for the first one's build).
     """
     provider = provider or host_provider()
     try:
-        located = locate(source, provider)
+        located = _located(source, provider)
     except NotPrepared as exc:
         raise Unavailable(
             f"catalogue model '{exc.name}' is not prepared on this worker; run `nrt models prepare {exc.name}`",
@@ -91,10 +99,29 @@ def resolve(
     return LocalArtifact(str(located.directory))
 
 
+def _located(source: str, provider: Provider) -> LocatedArtifact | RemoteSource | AnthropicSource:
+    try:
+        return locate(source, provider, fetch=True)
+    except CheckpointNotPrepared as missing:
+        checkpoint = missing.checkpoint
+        log.info("preparing %s (%s) for this host: %s", checkpoint.provenance, checkpoint.model_type, checkpoint.name)
+        try:
+            prepare(checkpoint.name, entry=checkpoint_entry(checkpoint), providers=default_providers())
+        except Exception as exc:  # the exporters raise their own errors: each is this model's load failure
+            log.exception("preparing %s failed", checkpoint.provenance)
+            raise SourceError(f"{checkpoint.provenance} could not be prepared: {_first_line(exc)}") from exc
+        return locate(source, provider, fetch=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 def _say_which_variant(model: PreparedModel, provider: Provider) -> None:
     """Log it when a catalogue model is served from another provider's variant than this worker's."""
     name, prepared = model.name, model.artifact
-    if prepared.record.provider != provider and get_entry(name).variant(provider) is not None:
+    if prepared.record.provider != provider and name in catalogue_names() and get_entry(name).variant(provider):
         log.info(
             "%s has no %s variant prepared here; serving its %s one (%s) (`nrt models prepare %s --provider %s`)",
             name,

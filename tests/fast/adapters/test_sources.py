@@ -13,6 +13,7 @@ from nrt.adapters.catalogue import (
     catalogue_names,
     resolve_source,
 )
+from nrt.adapters.catalogue.sources import HfSource
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "minilm-l6", "tiny-llama"])
@@ -72,14 +73,35 @@ def test_remote_sources_must_be_a_v1_base_url(source: str) -> None:
         resolve_source(source)
 
 
-def test_hub_sources_are_a_clear_offline_error() -> None:
+@pytest.mark.parametrize(
+    ("source", "repo", "revision"),
+    [
+        ("hf://neurometric/router-1b-v2", "neurometric/router-1b-v2", None),
+        ("hf://HuggingFaceTB/SmolLM2-135M-Instruct@main", "HuggingFaceTB/SmolLM2-135M-Instruct", "main"),
+        ("hf://gpt2@0123456789abcdef0123456789abcdef01234567", "gpt2", "0123456789abcdef0123456789abcdef01234567"),
+        ("HF://org/name/", "org/name", None),
+    ],
+)
+def test_hub_sources_name_a_repository_and_maybe_a_revision(source: str, repo: str, revision: str | None) -> None:
+    assert resolve_source(source) == HfSource(repo=repo, revision=revision)
+    assert str(HfSource(repo=repo, revision=revision)) == f"hf://{repo}" + (f"@{revision}" if revision else "")
+
+
+@pytest.mark.parametrize(
+    "source", ["hf://", "hf://org/na me", "hf://a/b/c", "hf://-org/x", "hf://org/x@", "hf://o/x@a..b"]
+)
+def test_a_malformed_hub_source_says_what_is_expected(source: str) -> None:
+    with pytest.raises(SourceError, match=r"hf://<org>/<name>\[@revision\]|not a branch, tag or commit"):
+        resolve_source(source)
+
+
+def test_an_unknown_scheme_says_how_to_map_it() -> None:
     with pytest.raises(SourceError) as error:
-        resolve_source("hf://neurometric/router-1b-v2")
+        resolve_source("s3://bucket/router-1b-v2")
     message = str(error.value)
-    assert "'hf://neurometric/router-1b-v2'" in message
     assert "cannot be fetched" in message
-    assert "offline" in message
     assert "catalogue://gemma3-270m" in message  # how to map it: a built-in name...
+    assert "hf://org/name" in message  # ...a Hugging Face model...
     assert "local ONNX export directory" in message  # ...or a local export
     assert "model.onnx" in message
 

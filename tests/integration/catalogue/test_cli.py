@@ -3,11 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 from click.testing import CliRunner
+from huggingface_hub import constants
 
 from nrt.adapters.catalogue import PreparedArtifact
 from nrt.adapters.catalogue.record import ArtifactRecord
 from nrt.entrypoints.cli.main import cli
+from nrt.testing.hf_checkpoints import put_in_cache, save_checkpoint
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -55,11 +58,32 @@ def test_unknown_names_exit_2(nrt_home: Path) -> None:
         assert "tiny-llama" in output
 
 
-def test_hub_sources_exit_2_with_how_to_map_them(nrt_home: Path) -> None:
+def test_prepare_sends_a_hub_source_to_models_add(nrt_home: Path) -> None:
     code, output = _run("prepare", "hf://neurometric/router-1b-v2")
     assert code == 2
-    assert "cannot be fetched" in output
-    assert "catalogue://gemma3-270m" in output
+    assert "prepare it with `nrt models add hf://neurometric/router-1b-v2`" in output
+
+
+def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
+    nrt_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    commit = put_in_cache(cache, "acme/helper", save_checkpoint(tmp_path / "ckpt", "qwen3"))
+    code, output = _run("add", "hf://acme/helper", "--provider", "cpu")
+    assert code == 0, output
+    assert f"hf://acme/helper@{commit}: a qwen3 causal-lm, as user-hf-acme-helper-" in output
+    assert "prepared user-hf-acme-helper-" in output
+    code, again = _run("add", "hf://acme/helper", "--provider", "cpu")
+    assert code == 0, again
+    assert "is already prepared and verified" in again
+    code, absent = _run("add", "hf://acme/absent")
+    assert code == 2
+    assert "hf://acme/absent: not in the Hugging Face cache" in absent
+    code, export = _run("add", str(tmp_path))
+    assert code == 2
+    assert "is not an operator's checkpoint" in export
 
 
 def test_info_prints_the_record(in_tiny_home: PreparedArtifact) -> None:

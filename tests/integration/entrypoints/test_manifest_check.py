@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from huggingface_hub import constants
 
 from nrt.adapters.bus.errors import RemoteError
-from nrt.adapters.manifest_sources import unusable_sources
+from nrt.adapters.manifest_sources import pending_sources, unusable_sources
 from nrt.core.manifest import parse_manifest
 from nrt.core.manifest.summary import summarize
 from nrt.entrypoints.cli.main import cli
@@ -101,7 +102,19 @@ UNUSABLE = textwrap.dedent(
 )
 
 
-def test_sources_this_machine_cannot_use_are_problems_at_their_lines(tmp_path: Path, nrt_home: Path) -> None:
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache with HF_HUB_OFFLINE set."""
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def test_sources_this_machine_cannot_use_are_problems_at_their_lines(
+    tmp_path: Path, nrt_home: Path, offline_hub: Path
+) -> None:
     missing = tmp_path / "no-such-export"
     path = write(tmp_path, UNUSABLE.replace("MISSING", str(missing)))
     result = check(path)
@@ -109,12 +122,12 @@ def test_sources_this_machine_cannot_use_are_problems_at_their_lines(tmp_path: P
     problems = [line for line in result.output.splitlines() if line.startswith(f"{path}:")]
     assert len(problems) == 3, result.output
     assert problems[0].startswith(
-        f"{path}:7: models.specialists[0].source: source 'hf://neurometric/billing-phi3': the hf:// scheme "
-        "cannot be fetched here"
+        f"{path}:7: models.specialists[0].source: source hf://neurometric/billing-phi3: not in the Hugging Face "
+        f"cache ({offline_hub}) and HF_HUB_OFFLINE is set"
     )
     assert problems[1:] == [
-        f"{path}:9: models.specialists[1].source: source '{missing}' is not an ONNX export directory "
-        f"(no model.onnx in {missing})",
+        f"{path}:9: models.specialists[1].source: source '{missing}' is neither an ONNX export directory "
+        f"(no model.onnx in {missing}) nor a Hugging Face checkpoint (config.json and *.safetensors)",
         f"{path}:11: models.specialists[2].source: source 'catalogue://no-such-model': 'no-such-model' is not in "
         "the catalogue; available: catalogue://gemma3-270m, catalogue://minilm-l6, catalogue://tiny-llama",
     ]
@@ -126,7 +139,26 @@ def test_sources_this_machine_cannot_use_are_problems_at_their_lines(tmp_path: P
     assert f"{path}: valid" in elsewhere.output
 
 
-def test_unusable_sources_name_each_model_s_key_path_and_line(tmp_path: Path, nrt_home: Path) -> None:
+def test_an_hf_source_the_hub_can_still_give_is_listed_to_fetch_not_a_problem(
+    tmp_path: Path, nrt_home: Path, offline_hub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the Hub may be reachable: nothing is downloaded here
+    path = write(tmp_path, UNUSABLE.replace("MISSING", str(tmp_path / "nope")))
+    result = check(path)
+    problems = [line for line in result.output.splitlines() if line.startswith(f"{path}:")]
+    assert [line.split(": ")[1] for line in problems] == [
+        "models.specialists[1].source",
+        "models.specialists[2].source",
+    ]
+    manifest = parse_manifest(UNUSABLE.replace("MISSING", str(tmp_path / "nope")))
+    assert pending_sources(manifest) == [
+        "billing: source hf://neurometric/billing-phi3: not in the Hugging Face cache yet; a worker downloads it"
+    ]
+
+
+def test_unusable_sources_name_each_model_s_key_path_and_line(
+    tmp_path: Path, nrt_home: Path, offline_hub: Path
+) -> None:
     manifest = parse_manifest(UNUSABLE.replace("MISSING", str(tmp_path / "nope")))
     assert [(p.path, p.line) for p in unusable_sources(manifest)] == [
         ("models.specialists[0].source", 7),

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from huggingface_hub import constants
 
 from api_gateway.settings import GatewaySettings
 from harness import Stack, control, start_stack
@@ -193,9 +194,11 @@ UNUSABLE_BILLING = (
 
 
 async def test_a_model_whose_source_cannot_be_resolved_is_named_by_readyz_and_in_the_cluster_state(
-    nats_url: str, nrt_home: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+    nats_url: str, nrt_home: Path, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is fetched: the source is unusable on this machine
+    # nothing is fetched (the worker runs in this process): the source is unusable on this machine
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     async with (
         start_stack(
             nats_url, "tiny-support.yaml", database_url=database_url, edit=UNUSABLE_BILLING, partial=True
@@ -211,7 +214,9 @@ async def test_a_model_whose_source_cannot_be_resolved_is_named_by_readyz_and_in
     body = ready.json()
     [billing] = body["failed"]
     assert (billing["model"], billing["required"], billing["worker_id"]) == ("billing", True, "w-gateway")
-    assert billing["error"].startswith("unresolvable_source: source 'hf://nobody/missing'")
+    assert billing["error"].startswith(
+        "unresolvable_source: source hf://nobody/missing: not in the Hugging Face cache"
+    ), billing["error"]
     assert body["checks"]["models"].startswith(f"billing could not be loaded on w-gateway: {billing['error']}")
     assert cluster.headers["x-nrt-state-source"] == "cluster_state"
     failure = cluster.json()["models"]["billing"]["load_failures"]["w-gateway"]

@@ -38,7 +38,7 @@ async def test_a_failed_load_withdraws_its_placement_and_serves_nothing(jobs: Jo
     with pytest.raises(BadRequest) as info:
         await jobs.command("load", "x", "placement", source="hf://org/model", tier="resident")
     assert info.value.code == "unresolvable_source"
-    assert "catalogue://tiny-llama" in info.value.message
+    assert "hf://org/model: not in the Hugging Face cache" in info.value.message
     assert steps(jobs) == [("x", "unloaded", "unloaded", "load_failed", False)]
     [withdrawn] = jobs.shell.of(TierChanged)
     assert withdrawn.error == f"unresolvable_source: {info.value.message}"  # why, in the log

@@ -107,7 +107,7 @@ async def test_errors_are_explicit_frames_not_timeouts(nc: Client, worker: Worke
     with pytest.raises(RemoteError) as bad:
         await control(nc, worker, action="load", model_id="x", source="hf://org/model", tier="resident")
     assert bad.value.code == "unresolvable_source"
-    assert "catalogue://tiny-llama" in bad.value.message
+    assert "hf://org/model: not in the Hugging Face cache" in bad.value.message
     with pytest.raises(RemoteError, match="'nope' is not in the catalogue"):
         await control(nc, worker, action="load", model_id="x", source="catalogue://nope", tier="resident")
     with pytest.raises(

@@ -51,7 +51,7 @@ async def test_a_refused_command_comes_back_as_its_error_frame(memory: NatsBroke
     with pytest.raises(RemoteError) as refused:
         await command(memory, action="load", model_id="x", reason="placement", source="hf://org/model", tier="resident")
     assert (refused.value.status, refused.value.code) == (400, "unresolvable_source")
-    assert "catalogue://tiny-llama" in refused.value.message
+    assert "hf://org/model: not in the Hugging Face cache" in refused.value.message
 
 
 async def test_a_command_that_does_not_validate_gets_a_400_naming_the_field(memory: NatsBroker) -> None:

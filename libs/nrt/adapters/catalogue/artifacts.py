@@ -73,12 +73,15 @@ def prepare_steps(entry: CatalogueEntry, providers: Collection[Provider] = (ROOT
     return (*entry.steps, *variant_steps, CHECKSUM_STEP, INSTALL_STEP)
 
 
-def status(name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False) -> ArtifactStatus:
+def status(
+    name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False, entry: CatalogueEntry | None = None
+) -> ArtifactStatus:
     """The state of the cached ``provider`` variant of catalogue model ``name`` (sizes only unless ``checksums``).
 
-    A ``ValueError`` when the recipe has no variant for ``provider``.
+    A ``ValueError`` when the recipe has no variant for ``provider``. ``entry``: the recipe of a model
+    outside the built-in catalogue (an operator's checkpoint, ``nrt.adapters.catalogue.checkpoints``).
     """
-    entry = get_entry(name)
+    entry = entry or get_entry(name)
     variant = entry.variant(provider)
     if variant is None:
         raise ValueError(
@@ -113,21 +116,26 @@ def statuses(name: str, *, checksums: bool = False) -> tuple[ArtifactStatus, ...
     return tuple(status(name, provider=variant.provider, checksums=checksums) for variant in get_entry(name).variants)
 
 
-def find_prepared(name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False) -> PreparedArtifact | None:
+def find_prepared(
+    name: str, *, provider: Provider = ROOT_PROVIDER, checksums: bool = False, entry: CatalogueEntry | None = None
+) -> PreparedArtifact | None:
     """The ready ``provider`` variant of catalogue model ``name``, or None (never builds)."""
-    current = status(name, provider=provider, checksums=checksums)
+    current = status(name, provider=provider, checksums=checksums, entry=entry)
     if current.state != "ready" or current.record is None:
         return None
     return PreparedArtifact(directory=current.directory, record=current.record)
 
 
-def find_serving(name: str, provider: Provider, *, checksums: bool = False) -> PreparedArtifact | None:
+def find_serving(
+    name: str, provider: Provider, *, checksums: bool = False, entry: CatalogueEntry | None = None
+) -> PreparedArtifact | None:
     """What serves catalogue model ``name`` on ``provider``: the variant built for it when ready, else
     the root variant (it runs on any provider) when ready, else None (never builds)."""
-    own = get_entry(name).variant(provider)
-    if own is not None and (ready := find_prepared(name, provider=provider, checksums=checksums)) is not None:
+    entry = entry or get_entry(name)
+    own = entry.variant(provider)
+    if own is not None and (ready := find_prepared(name, provider=provider, checksums=checksums, entry=entry)):
         return ready
-    return find_prepared(name, checksums=checksums)
+    return find_prepared(name, checksums=checksums, entry=entry)
 
 
 def prepare(
@@ -137,8 +145,10 @@ def prepare(
     force: bool = False,
     checksums: bool = True,
     progress: Progress | None = None,
+    entry: CatalogueEntry | None = None,
 ) -> PreparedArtifact:
-    """The artifact of catalogue model ``name``, its variants for ``providers`` built first when missing,
+    """The artifact of catalogue model ``name`` (``entry``: the recipe of a model outside the built-in
+    catalogue), its variants for ``providers`` built first when missing,
     stale, invalid or ``force``.
 
     ``providers`` defaults to :func:`default_providers` (the root ``cpu`` variant, and this host's
@@ -149,20 +159,22 @@ def prepare(
     :class:`UnknownModelError` for names outside the catalogue and lets build failures
     propagate (nothing is installed then).
     """
-    entry = get_entry(name)
+    entry = entry or get_entry(name)
     wanted = tuple(variant.provider for variant in _variants(entry, providers or default_providers()))
     sink = progress or NoProgress()
 
     def missing() -> tuple[Provider, ...]:
-        return tuple(p for p in wanted if force or find_prepared(name, provider=p, checksums=checksums) is None)
+        return tuple(
+            p for p in wanted if force or find_prepared(name, provider=p, checksums=checksums, entry=entry) is None
+        )
 
     if not missing():
-        return _found(name, wanted[0])
+        return _found(name, wanted[0], entry)
     with build_lock(name):
         # another process may have finished the same build while we waited for the lock
         todo = missing()
         if not todo:
-            return _found(name, wanted[0])
+            return _found(name, wanted[0], entry)
         with staging_dir(name) as staging, staging_dir(name) as work:
             context = BuildContext(staging=staging, work=work, progress=sink, providers=todo)
             records = entry.build(context)
@@ -181,7 +193,7 @@ def prepare(
             else:
                 for provider in todo:
                     install_variant(variant_path(staging, provider), name, variant_subdir(provider))
-    return _found(name, wanted[0])
+    return _found(name, wanted[0], entry)
 
 
 def _variants(entry: CatalogueEntry, providers: Collection[Provider]) -> tuple[Variant, ...]:
@@ -190,8 +202,8 @@ def _variants(entry: CatalogueEntry, providers: Collection[Provider]) -> tuple[V
     return tuple(variant for variant in entry.variants if variant.provider in serving)
 
 
-def _found(name: str, provider: Provider) -> PreparedArtifact:
-    ready = find_prepared(name, provider=provider)
+def _found(name: str, provider: Provider, entry: CatalogueEntry) -> PreparedArtifact:
+    ready = find_prepared(name, provider=provider, entry=entry)
     if ready is None:  # installed a moment ago: only a concurrent deletion gets here
         raise ArtifactError(f"the {provider} variant of {name} vanished right after it was installed")
     return ready

@@ -8,20 +8,42 @@ checks with (``nrt.adapters.manifest_sources.unusable_sources``):
   one; :class:`NotPrepared` when neither is (``nrt models prepare`` fixes that);
 * a local directory: the variant for ``provider`` when built, else the directory itself;
   :class:`NotAnExport` when it holds no ONNX export (missing, or not a directory);
-* anything else: the :class:`SourceError` of :func:`nrt.adapters.catalogue.resolve_source` (an ``hf://``
-  source, an unknown catalogue name, a URL that is not an API root).
+* an operator's checkpoint (``hf://org/name[@revision]``, or a local Hugging Face checkpoint
+  directory): its prepared artifact (``nrt.adapters.catalogue.checkpoints``);
+  :class:`CheckpointNotPrepared` when it is not prepared yet (a worker prepares it when it loads it),
+  :class:`NotFetched` when the Hugging Face cache does not hold it yet and ``fetch`` is off;
+* anything else: the :class:`SourceError` of :func:`nrt.adapters.catalogue.resolve_source` (an unknown
+  scheme or catalogue name, a URL that is not an API root), or of the Hub (a gated or missing
+  repository, an unknown revision, a checkpoint of an unsupported architecture).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nrt.adapters.catalogue.artifacts import PreparedArtifact, find_serving
+from nrt.adapters.catalogue.checkpoints import (
+    Checkpoint,
+    checkpoint_entry,
+    hub_checkpoint,
+    is_checkpoint,
+    local_checkpoint,
+)
+from nrt.adapters.catalogue.hub import cached, checkout, not_cached_problem, offline_mode
 from nrt.adapters.catalogue.record import Provider
-from nrt.adapters.catalogue.sources import AnthropicSource, CatalogueSource, RemoteSource, SourceError, resolve_source
+from nrt.adapters.catalogue.sources import (
+    AnthropicSource,
+    CatalogueSource,
+    HfSource,
+    RemoteSource,
+    SourceError,
+    resolve_source,
+)
 from nrt.adapters.catalogue.variants import serving_directory
 from nrt.adapters.inference.artifact import MODEL_FILE
+from nrt.adapters.inference.errors import ArtifactError
 
 
 class NotPrepared(SourceError):
@@ -34,6 +56,28 @@ class NotPrepared(SourceError):
 
 class NotAnExport(SourceError):
     """A local source whose directory holds no ONNX export."""
+
+
+class CheckpointNotPrepared(NotPrepared):
+    """An operator's checkpoint this machine has not prepared yet: a worker prepares it when it loads it."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
+        SourceError.__init__(
+            self,
+            f"{checkpoint.provenance} ({checkpoint.model_type}) is not prepared on this machine yet: a worker "
+            f"prepares it when it loads it, or run `nrt models add {checkpoint.provenance.split('#')[0]}`",
+        )
+        self.name = checkpoint.name
+
+
+class NotFetched(NotPrepared):
+    """An ``hf://`` source the Hugging Face cache does not hold yet: a worker downloads it when it loads it."""
+
+    def __init__(self, source: HfSource) -> None:
+        self.source = source
+        SourceError.__init__(self, f"source {source}: not in the Hugging Face cache yet; a worker downloads it")
+        self.name = str(source)
 
 
 @dataclass(frozen=True)
@@ -50,12 +94,15 @@ class LocatedArtifact:
     catalogue: PreparedModel | None = None  # None for a local directory
 
 
-def locate(source: str, provider: Provider) -> LocatedArtifact | RemoteSource | AnthropicSource:
+def locate(source: str, provider: Provider, *, fetch: bool = False) -> LocatedArtifact | RemoteSource | AnthropicSource:
     """Where ``source`` is for sessions on ``provider``; a :class:`SourceError` (or one of its kinds
-    above) saying why it cannot be used here."""
+    above) saying why it cannot be used here. ``fetch``: download an ``hf://`` source into the Hugging
+    Face cache when it is not there (a worker about to load it); without it only the cache is read."""
     resolved = resolve_source(source)
     if isinstance(resolved, RemoteSource | AnthropicSource):
         return resolved
+    if isinstance(resolved, HfSource):
+        return _prepared(_hub(resolved, fetch), provider)
     if isinstance(resolved, CatalogueSource):
         prepared = find_serving(resolved.name, provider)
         if prepared is None:
@@ -63,5 +110,39 @@ def locate(source: str, provider: Provider) -> LocatedArtifact | RemoteSource | 
         return LocatedArtifact(prepared.directory.resolve(), PreparedModel(resolved.name, prepared))
     path = Path(resolved.path).expanduser()
     if not (path / MODEL_FILE).is_file():
-        raise NotAnExport(f"source {source!r} is not an ONNX export directory (no {MODEL_FILE} in {path})")
+        if path.is_dir() and is_checkpoint(path):
+            return _prepared(_readable(lambda: local_checkpoint(path)), provider)
+        raise NotAnExport(
+            f"source {source!r} is neither an ONNX export directory (no {MODEL_FILE} in {path}) nor a Hugging Face "
+            f"checkpoint (config.json and *.safetensors)"
+        )
     return LocatedArtifact(serving_directory(path, provider).resolve())
+
+
+def _hub(source: HfSource, fetch: bool) -> Checkpoint:
+    if fetch:
+        found = checkout(source)
+    else:
+        cached_checkout = cached(source)
+        if cached_checkout is None:
+            if offline_mode():
+                raise SourceError(not_cached_problem(source))
+            raise NotFetched(source)
+        found = cached_checkout
+    return _readable(lambda: hub_checkpoint(found))
+
+
+def _readable(read: Callable[[], Checkpoint]) -> Checkpoint:
+    """The checkpoint ``read`` returns; its ``ArtifactError`` (an unsupported architecture, no tokenizer) as
+    a ``SourceError``, the error of a source that cannot be used."""
+    try:
+        return read()
+    except ArtifactError as exc:
+        raise SourceError(str(exc)) from exc
+
+
+def _prepared(checkpoint: Checkpoint, provider: Provider) -> LocatedArtifact:
+    prepared = find_serving(checkpoint.name, provider, entry=checkpoint_entry(checkpoint))
+    if prepared is None:
+        raise CheckpointNotPrepared(checkpoint)
+    return LocatedArtifact(prepared.directory.resolve(), PreparedModel(checkpoint.name, prepared))

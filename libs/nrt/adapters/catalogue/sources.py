@@ -3,15 +3,20 @@
 * ``catalogue://<name>``       a built-in catalogue model (prepared once, cached)
 * ``file:///abs/dir`` or a plain path (``./models/x``, ``/srv/x``, ``~/x``)
                                a local ONNX export directory (optimum layout)
+* ``hf://org/name[@revision]``  a model on the Hugging Face Hub, fetched into the Hugging Face
+                               cache (``HF_HOME``/``HF_HUB_CACHE``, ``HF_ENDPOINT``, ``HF_TOKEN``,
+                               ``HF_HUB_OFFLINE`` as ``huggingface_hub`` reads them) and prepared
+                               once per revision (``nrt.adapters.catalogue.checkpoints``)
 * ``http(s)://host/.../v1``    a remote OpenAI-compatible endpoint (nothing to prepare)
 * ``anthropic://<model>``      a model behind the Anthropic Messages API (nothing to prepare);
                                reached at ``https://api.anthropic.com`` unless the manifest's
                                ``base_url`` says otherwise, its key in ``$ANTHROPIC_API_KEY``
                                unless ``api_key_env`` names another variable
 
-Anything else, e.g. ``hf://neurometric/router-1b-v2``, is a :class:`SourceError` that says
-why it cannot be used offline and how to map it to a real artifact. Resolution is pure;
-:mod:`nrt.adapters.catalogue.artifacts` does the I/O.
+A local directory is an ONNX export (optimum layout) or a Hugging Face checkpoint (config.json,
+safetensors, tokenizer), which is prepared as an ``hf://`` model is. Anything else is a
+:class:`SourceError` that says how to map it to a real artifact. Resolution is pure;
+:mod:`nrt.adapters.catalogue.artifacts` and :mod:`nrt.adapters.catalogue.hub` do the I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ ANTHROPIC_SCHEME = "anthropic"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # where an anthropic:// model is reached by default
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"  # the variable holding its key, unless api_key_env names another
 REMOTE_SCHEMES = ("http", "https", ANTHROPIC_SCHEME)  # sources served by the remote tier
+HF_SCHEME = "hf"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+# a Hub repository id: an optional owner, then a name (letters, digits, - _ .; neither starts with - or .)
+_HF_REPO = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_HF_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -58,6 +67,14 @@ class RemoteSource(msgspec.Struct, frozen=True, tag="remote"):
         return self.base_url
 
 
+class HfSource(msgspec.Struct, frozen=True, tag="hf"):
+    repo: str  # the Hub repository id, ``org/name``
+    revision: str | None = None  # a branch, tag or commit; None: the repository's default branch
+
+    def __str__(self) -> str:
+        return f"{HF_SCHEME}://{self.repo}" + (f"@{self.revision}" if self.revision else "")
+
+
 class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
     model: str  # the model's name at the Anthropic Messages API, e.g. claude-haiku-3
 
@@ -65,7 +82,7 @@ class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
         return f"{ANTHROPIC_SCHEME}://{self.model}"
 
 
-ResolvedSource = CatalogueSource | LocalSource | RemoteSource | AnthropicSource
+ResolvedSource = CatalogueSource | LocalSource | HfSource | RemoteSource | AnthropicSource
 
 
 def resolve_source(source: str, *, base_dir: PurePath | None = None) -> ResolvedSource:
@@ -85,12 +102,14 @@ def resolve_source(source: str, *, base_dir: PurePath | None = None) -> Resolved
         return _remote(text)
     if scheme == ANTHROPIC_SCHEME:
         return _anthropic(text, text[match.end() :])
-    if scheme == "hf" and text[match.end() :].lower().startswith("anthropic/"):
+    if scheme == HF_SCHEME and text[match.end() :].lower().startswith("anthropic/"):
         raise SourceError(
             f"source {source!r}: Anthropic models are not on the Hugging Face hub; serve one on the remote tier "
             f"as `source: anthropic://claude-haiku-3` with `tier: remote` (its key in ${ANTHROPIC_KEY_ENV}, "
             f"or in the variable `api_key_env` names)"
         )
+    if scheme == HF_SCHEME:
+        return _hf(text, text[match.end() :])
     raise SourceError(
         f"source {source!r}: the {scheme}:// scheme cannot be fetched here (NRT runs offline and only "
         f"reads artifacts already on this machine). " + _how_to_map()
@@ -102,6 +121,18 @@ def _catalogue(text: str, rest: str) -> CatalogueSource:
     if name not in catalogue_names():
         raise SourceError(f"source {text!r}: {name!r} is not in the catalogue; available: {_names()}")
     return CatalogueSource(name=name)
+
+
+def _hf(text: str, rest: str) -> HfSource:
+    repo, at, revision = rest.strip().rstrip("/").partition("@")
+    if not _HF_REPO.match(repo) or ".." in repo or "--" in repo:
+        raise SourceError(
+            f"source {text!r}: expected hf://<org>/<name>[@revision], e.g. hf://HuggingFaceTB/SmolLM2-135M-Instruct "
+            f"(letters, digits and - _ . in each part)"
+        )
+    if at and (not _HF_REVISION.match(revision) or ".." in revision):
+        raise SourceError(f"source {text!r}: {revision!r} is not a branch, tag or commit name")
+    return HfSource(repo=repo, revision=revision or None)
 
 
 def _file(text: str, base_dir: PurePath | None) -> LocalSource:
@@ -151,7 +182,9 @@ def _names() -> str:
 
 def _how_to_map() -> str:
     return (
-        f"Map it to a real artifact: a built-in model ({_names()}), or a local ONNX export directory "
+        f"Map it to a real artifact: a built-in model ({_names()}), a Hugging Face model "
+        f"(`source: hf://org/name`, optionally `@revision`), a local Hugging Face checkpoint directory "
+        f"(config.json, *.safetensors, tokenizer.json), or a local ONNX export directory "
         f"in optimum layout (model.onnx, tokenizer.json, config.json; e.g. `source: ./models/my-router-onnx`, "
         f"exported with `optimum-cli export onnx --task text-generation-with-past`), "
         f"or, for tier remote, an OpenAI-compatible endpoint (`source: https://host/v1`) "

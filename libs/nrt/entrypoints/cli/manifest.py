@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import click
 
-from nrt.adapters.manifest_sources import footprint_of, source_warnings, unusable_sources
+from nrt.adapters.manifest_sources import footprint_of, pending_sources, source_warnings, unusable_sources
 from nrt.core.manifest import ManifestError, load_manifest
 from nrt.core.manifest.summary import summarize
 from nrt.hosting.manifest_threshold import threshold_line
@@ -32,8 +32,10 @@ def check(file: Path, no_sources: bool) -> None:
     """Validate FILE: print a summary and exit 0, or print every problem and exit 2.
 
     Each model's source is resolved as a worker here would (without loading weights): one this
-    machine cannot use (an hf:// source, an unknown catalogue model, a directory with no ONNX
-    export) is a problem at its line."""
+    machine cannot use (an hf:// source not in the Hugging Face cache while HF_HUB_OFFLINE is set,
+    or gated, missing or of an unsupported architecture; an unknown catalogue model; a directory
+    that is neither an ONNX export nor a checkpoint) is a problem at its line. Sources a worker
+    will fetch or prepare first are listed."""
     try:
         parsed = load_manifest(file, footprint_of)
     except ManifestError as exc:
@@ -45,6 +47,11 @@ def check(file: Path, no_sources: bool) -> None:
             f"(each source resolved on this machine; {NO_SOURCES} checks a manifest meant for another)",
         )
     click.echo(summarize(parsed, footprint_of, source_warnings(parsed), threshold_line(parsed)))
+    pending = [] if no_sources else pending_sources(parsed)
+    if pending:
+        click.echo("\nto fetch or prepare on this machine before they serve:")
+        for line in pending:
+            click.echo(f"  {line}")
     click.echo(f"\n{file}: valid")
 
 

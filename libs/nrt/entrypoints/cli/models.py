@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
@@ -38,7 +39,17 @@ from nrt.adapters.catalogue import (
     status,
     statuses,
 )
+from nrt.adapters.catalogue.checkpoints import (
+    Checkpoint,
+    checkpoint_entry,
+    hub_checkpoint,
+    is_checkpoint,
+    local_checkpoint,
+)
+from nrt.adapters.catalogue.entry import CatalogueEntry
+from nrt.adapters.catalogue.hub import checkout
 from nrt.adapters.catalogue.record import encode_record
+from nrt.adapters.catalogue.sources import HfSource
 
 EXIT_UNKNOWN = 2
 
@@ -91,8 +102,53 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     if name not in {entry.name for entry in CATALOGUE}:
         _prepare_source(name)
         return
-    entry = get_entry(name)
-    chosen = _chosen_providers(providers)
+    _build(get_entry(name), _chosen_providers(providers), force)
+
+
+@models.command(name="add")
+@click.argument("source")
+@click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
+@click.option(
+    "--provider",
+    "providers",
+    multiple=True,
+    type=click.Choice(_PROVIDER_CHOICES),
+    help="The variant(s) to build: cpu (int8 weights), cuda (fp16), or all. Default: cpu, plus cuda where "
+    "onnxruntime offers CUDA.",
+)
+def add_model(source: str, force: bool, providers: tuple[str, ...]) -> None:
+    """Prepare an operator's own model: SOURCE is hf://org/name[@revision] (fetched into the Hugging Face
+    cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE) or a local Hugging Face checkpoint
+    directory (config.json, *.safetensors, tokenizer.json)."""
+    try:
+        resolved = resolve_source(source)
+        if isinstance(resolved, HfSource):
+            click.echo(f"fetching {resolved} into the Hugging Face cache")
+            checkpoint = _readable_checkpoint(lambda: hub_checkpoint(checkout(resolved)))
+        elif isinstance(resolved, LocalSource) and is_checkpoint(Path(resolved.path).expanduser()):
+            checkpoint = _readable_checkpoint(lambda: local_checkpoint(Path(resolved.path)))
+        else:
+            _fail(
+                f"{source} is not an operator's checkpoint (hf://org/name[@revision], or a directory with config.json "
+                f"and *.safetensors); `nrt models prepare` takes catalogue models and ONNX export directories",
+                EXIT_UNKNOWN,
+            )
+    except SourceError as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    click.echo(f"{checkpoint.provenance}: a {checkpoint.model_type} {checkpoint.kind}, as {checkpoint.name}")
+    _build(checkpoint_entry(checkpoint), _chosen_providers(providers), force)
+
+
+def _readable_checkpoint(read: Callable[[], Checkpoint]) -> Checkpoint:
+    try:
+        return read()
+    except ArtifactError as exc:
+        raise SourceError(str(exc)) from exc
+
+
+def _build(entry: CatalogueEntry, chosen: tuple[Provider, ...], force: bool) -> None:
+    """Build ``entry``'s variants for ``chosen`` that are not prepared and verified (all with ``force``)."""
+    name = entry.name
     wanted = [variant.provider for variant in entry.variants if variant.provider in chosen]
     for provider in sorted(set(chosen) - {variant.provider for variant in entry.variants}):
         click.echo(f"{name} has no {provider} variant: its {entry.root.provider} artifact serves {provider} as it is")
@@ -103,7 +159,7 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
         started = time.perf_counter()
         todo = []
         for provider in wanted:
-            current = status(name, provider=provider, checksums=True)
+            current = status(name, provider=provider, checksums=True, entry=entry)
             label = _variant_label(name, provider)
             if current.state == "ready" and current.record is not None:
                 elapsed = time.perf_counter() - started
@@ -121,12 +177,12 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     started = time.perf_counter()
     try:
         with _StepProgress(steps, title=name) as progress:
-            prepare(name, providers=todo, force=force, progress=progress)
+            prepare(name, providers=todo, force=force, progress=progress, entry=entry)
     except ArtifactError as exc:
         _fail(f"prepare {name} failed: {exc}", 1)
     elapsed = time.perf_counter() - started
     for provider in todo:
-        built = status(name, provider=provider)
+        built = status(name, provider=provider, entry=entry)
         size = _size(built.record.total_bytes) if built.record is not None else "?"
         click.echo(f"prepared {_variant_label(name, provider)} in {elapsed:.0f} s: {built.directory} ({size})")
 
@@ -211,6 +267,8 @@ def _local_artifact(text: str) -> PreparedArtifact:
     if isinstance(source, RemoteSource | AnthropicSource):
         click.echo(f"{source} is a remote endpoint: nothing to prepare")
         sys.exit(0)
+    if isinstance(source, HfSource):
+        _fail(f"{source} is an operator's model: prepare it with `nrt models add {source}`", EXIT_UNKNOWN)
     if not isinstance(source, LocalSource):
         return _ready_catalogue(source.name)
     path = Path(source.path).expanduser()

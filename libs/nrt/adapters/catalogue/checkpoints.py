@@ -1,0 +1,319 @@
+"""The operator's own models: a Hugging Face checkpoint (``hf://`` or a local directory) as a catalogue entry.
+
+A checkpoint (``config.json``, ``*.safetensors``, the tokenizer) of a supported architecture is
+prepared like a built-in model (:func:`nrt.adapters.catalogue.artifacts.prepare`): exported to ONNX
+with optimum (decoders with past key values, encoders for feature extraction), checked against
+the PyTorch model on the same input, and installed under ``models_dir()/<name>`` with its record.
+
+Preparation is content-addressed: the artifact's name is derived from the source and the commit
+(``hf://``) or the checkpoint's files (a local directory), so each (source, revision) is prepared
+once per host, whichever worker asks first; the catalogue's build lock makes two workers that ask
+at once build it once. Variants: ``cpu`` with int8 weights (blockwise, per-row activations: the
+catalogue's quantiser), ``cuda`` with float16 weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from nrt.adapters.catalogue.entry import BuildContext, CatalogueEntry, Variant
+from nrt.adapters.catalogue.hub import Checkout
+from nrt.adapters.catalogue.record import ArtifactRecord, Kind, Provider, Quantization
+from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
+from nrt.adapters.inference.errors import ArtifactError
+
+RECIPE = "checkpoint/1"
+CPU_RECIPE = f"{RECIPE}+int8/1"
+CUDA_RECIPE = f"{RECIPE}+fp16/1"
+
+# model_type (config.json) -> what it is; optimum exports each with the task below
+DECODERS = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "granite",
+    "smollm3",
+)
+ENCODERS = ("bert", "roberta", "distilbert", "xlm-roberta", "mpnet")
+# the files of a checkpoint that travel into the artifact beside the graph
+COMPANIONS = (
+    TOKENIZER_FILE,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "modules.json",  # a sentence-transformers encoder: whether it normalises
+    "sentence_bert_config.json",  # and its sequence length
+)
+STEPS = ("Read the checkpoint", "Load the weights", "Export to ONNX")
+CPU_STEPS = ("Quantise the weights to int8", "Check int8 against torch")
+CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against torch")
+PROMPT = "The quick brown fox jumps over the lazy dog."
+# the largest |logit difference| a variant may show against torch, relative to 1 + the largest |logit|
+TOLERANCE: dict[Quantization, float] = {"fp32": 1e-3, "int8-dynamic": 0.25, "fp16": 0.05}
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+class UnsupportedArchitecture(ArtifactError):
+    """A checkpoint whose architecture NRT cannot export (the message lists the supported ones)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A Hugging Face checkpoint directory, what it is, and what it is called once prepared."""
+
+    directory: Path
+    provenance: str  # the record's ``source``: ``hf://org/name@<commit>`` or ``local:/abs/dir#<fingerprint>``
+    name: str  # the artifact's name under models_dir(): derived from the provenance
+    model_type: str
+    kind: Kind
+    weight_bytes: int
+
+
+def supported() -> str:
+    return f"decoders: {', '.join(DECODERS)}; encoders: {', '.join(ENCODERS)}"
+
+
+def is_checkpoint(directory: Path) -> bool:
+    """Whether ``directory`` looks like a Hugging Face checkpoint (a config and safetensors weights)."""
+    return (directory / CONFIG_FILE).is_file() and any(directory.glob("*.safetensors"))
+
+
+def read_checkpoint(directory: Path, provenance: str) -> Checkpoint:
+    """What the checkpoint in ``directory`` is; :class:`UnsupportedArchitecture` or ``ArtifactError`` when unusable."""
+    config_path = directory / CONFIG_FILE
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{provenance}: {CONFIG_FILE} cannot be read ({exc})") from None
+    model_type = str(config.get("model_type") or "")
+    if model_type in DECODERS:
+        kind: Kind = "causal-lm"
+    elif model_type in ENCODERS:
+        kind = "encoder"
+    else:
+        architectures = ", ".join(config.get("architectures") or []) or "no architectures listed"
+        raise UnsupportedArchitecture(
+            f"{provenance}: model_type {model_type or '(none)'!r} ({architectures}) is not supported; "
+            f"supported are {supported()}"
+        )
+    weights = sorted(directory.glob("*.safetensors"))
+    if not weights:
+        raise ArtifactError(f"{provenance}: no *.safetensors weights in {directory}")
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise ArtifactError(
+            f"{provenance}: no {TOKENIZER_FILE} in {directory} (NRT reads fast tokenizers: save the tokenizer "
+            f"with transformers' save_pretrained, which writes it)"
+        )
+    return Checkpoint(
+        directory=directory,
+        provenance=provenance,
+        name=artifact_name(provenance),
+        model_type=model_type,
+        kind=kind,
+        weight_bytes=sum(path.stat().st_size for path in weights),
+    )
+
+
+def artifact_name(provenance: str) -> str:
+    """A catalogue-style name (lowercase letters, digits, dashes) unique to ``provenance``: a readable
+    slug of it and a hash of the whole, so two sources never share an artifact."""
+    readable = _SLUG.sub("-", provenance.split("@")[0].split("#")[0].lower()).strip("-")[-48:].strip("-")
+    digest = hashlib.sha256(provenance.encode()).hexdigest()[:12]
+    return f"user-{readable}-{digest}"
+
+
+def fingerprint(directory: Path) -> str:
+    """A local checkpoint's revision: the sha256 of its files' names, sizes and modification times
+    (cheap for a multi-gigabyte checkpoint; any rewrite of a file changes it)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def local_checkpoint(directory: Path) -> Checkpoint:
+    """The checkpoint in a local directory, named after the directory and its fingerprint."""
+    resolved = directory.expanduser().resolve()
+    return read_checkpoint(resolved, f"local:{resolved}#{fingerprint(resolved)[:16]}")
+
+
+def hub_checkpoint(checkout: Checkout) -> Checkpoint:
+    """The checkpoint an ``hf://`` source fetched into the Hugging Face cache, named after its commit."""
+    return read_checkpoint(checkout.directory, checkout.pinned)
+
+
+def checkpoint_entry(checkpoint: Checkpoint) -> CatalogueEntry:
+    """The catalogue entry that prepares ``checkpoint``: its variants and its builder."""
+    approx = checkpoint.weight_bytes
+    return CatalogueEntry(
+        name=checkpoint.name,
+        kind=checkpoint.kind,
+        description=f"{checkpoint.model_type} checkpoint {checkpoint.provenance}",
+        steps=STEPS,
+        variants=(
+            Variant(
+                provider="cpu",
+                quantization="int8-dynamic",
+                recipe=CPU_RECIPE,
+                steps=CPU_STEPS,
+                approx_bytes=approx // 4,
+            ),
+            Variant(
+                provider="cuda", quantization="fp16", recipe=CUDA_RECIPE, steps=CUDA_STEPS, approx_bytes=approx // 2
+            ),
+        ),
+        build=lambda context: build(checkpoint, context),
+    )
+
+
+def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord, ...]:
+    from nrt.adapters.catalogue.builders.export import (
+        export_causal_lm,
+        export_feature_extraction,
+        offline,
+        quiet,
+        untyped,
+    )
+    from nrt.adapters.catalogue.builders.fp16 import write_cuda_variant
+    from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
+    from nrt.adapters.catalogue.builders.quantize import quantize_int8_blockwise
+
+    context.progress.step(STEPS[0])
+    offline()
+    import torch
+
+    transformers = untyped("transformers")
+    tokenizer = untyped("tokenizers").Tokenizer.from_file(str(checkpoint.directory / TOKENIZER_FILE))
+    prompt = tokenizer.encode(PROMPT).ids or [0]
+
+    context.progress.step(STEPS[1])
+    auto = transformers.AutoModelForCausalLM if checkpoint.kind == "causal-lm" else transformers.AutoModel
+    with quiet():
+        model = auto.from_pretrained(
+            str(checkpoint.directory), local_files_only=True, torch_dtype=torch.float32, trust_remote_code=False
+        ).eval()
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        output = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        expected = (output.logits if checkpoint.kind == "causal-lm" else output.last_hidden_state)[0].numpy()
+
+    context.progress.step(STEPS[2])
+    if checkpoint.kind == "causal-lm":
+        export = export_causal_lm(model, context.work, add_position_ids=not _exports_position_ids(model))
+    else:
+        export = export_feature_extraction(model, context.work)
+    del model
+
+    records: list[ArtifactRecord] = []
+    for provider in context.providers:
+        target = context.directory(provider)
+        quantization: Quantization
+        if provider == "cpu":
+            context.progress.step(CPU_STEPS[0])
+            if checkpoint.kind == "causal-lm":
+                report = quantize_int8_blockwise(export / MODEL_FILE, target / MODEL_FILE)
+                add_logits_to_keep(target / MODEL_FILE)
+                quantization, detail, recipe = "int8-dynamic", report.scheme, CPU_RECIPE
+            else:  # a small encoder: fp32 keeps its embeddings exact, and it is small
+                shutil.copyfile(export / MODEL_FILE, target / MODEL_FILE)
+                quantization, detail, recipe = "fp32", "fp32 (an encoder is exported as it is)", CPU_RECIPE
+            context.progress.step(CPU_STEPS[1])
+        else:
+            context.progress.step(CUDA_STEPS[0])
+            write_cuda_variant(export, target)
+            quantization, detail, recipe = "fp16", "float16 weight matrices", CUDA_RECIPE
+            context.progress.step(CUDA_STEPS[1])
+        _companions(checkpoint.directory, export, target)
+        record = _record(checkpoint, target, provider, recipe, quantization, detail)
+        _check(checkpoint, target, record, prompt, expected)
+        records.append(record)
+    return tuple(records)
+
+
+def _exports_position_ids(model: Any) -> bool:
+    """Whether optimum's export config for ``model`` takes ``position_ids`` (some omit it: then it is added)."""
+    import optimum.exporters.onnx.model_configs  # noqa: F401  (registers the ONNX export configs)
+    from optimum.exporters.tasks import TasksManager
+
+    constructor = TasksManager.get_exporter_config_constructor(
+        exporter="onnx", model=model, task="text-generation-with-past", library_name="transformers"
+    ).func
+    config = constructor(model.config, task="text-generation", use_past=True, use_past_in_inputs=True)
+    return "position_ids" in config.inputs
+
+
+def _companions(checkpoint: Path, export: Path, target: Path) -> None:
+    shutil.copyfile(export / CONFIG_FILE, target / CONFIG_FILE)
+    for name in COMPANIONS:
+        if (checkpoint / name).is_file():
+            shutil.copyfile(checkpoint / name, target / name)
+
+
+def _record(
+    checkpoint: Checkpoint, target: Path, provider: Provider, recipe: str, quantization: Quantization, detail: str
+) -> ArtifactRecord:
+    from nrt.adapters.catalogue.local import describe_local
+
+    described = describe_local(target)
+    return msgspec.structs.replace(
+        described,
+        name=checkpoint.name,
+        source=checkpoint.provenance,
+        recipe=recipe,
+        provider=provider,
+        quantization=quantization,
+        quantization_detail=detail,
+    )
+
+
+def _check(
+    checkpoint: Checkpoint, target: Path, record: ArtifactRecord, prompt: list[int], expected: npt.NDArray[Any]
+) -> None:
+    """The variant's output on the prompt against PyTorch's, within its quantisation's tolerance."""
+    from nrt.adapters.catalogue.builders.fp16 import logit_error
+
+    got = variant_output(target, record, prompt)
+    if not np.isfinite(got).all():
+        raise ArtifactError(f"{checkpoint.provenance}: the {record.provider} variant gives non-finite outputs")
+    error = logit_error(expected, got)
+    limit = TOLERANCE.get(record.quantization or "unknown", TOLERANCE["int8-dynamic"])
+    if error > limit:
+        raise ArtifactError(
+            f"{checkpoint.provenance}: the {record.provider} variant ({record.quantization}) differs from PyTorch "
+            f"by {error:.4f} of the output's scale (> {limit})"
+        )
+
+
+def variant_output(directory: Path, record: ArtifactRecord, prompt: list[int]) -> npt.NDArray[Any]:
+    """The graph's logits (a decoder) or last hidden state (an encoder) for ``prompt``, one row per token."""
+    from nrt.adapters.catalogue.greedy import empty_past, forward, open_session
+
+    session = open_session(directory, record)
+    ids = np.array([prompt], dtype=np.int64)
+    if record.kind == "causal-lm":
+        logits, _ = forward(session, record, ids, empty_past(record))
+        first: npt.NDArray[Any] = logits[0]
+        return first
+    names = {value.name for value in session.get_inputs()}
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = np.zeros_like(ids)
+    hidden: npt.NDArray[Any] = session.run(None, {k: v for k, v in feeds.items() if k in names})[0][0]
+    return hidden
