@@ -22,6 +22,7 @@ from pathlib import Path
 from nrt.adapters.bus.errors import BadRequest, Unavailable
 from nrt.adapters.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.adapters.inference.artifact import read_record
+from nrt.adapters.inference.chat_template import ChatTemplate
 from nrt.adapters.inference.weights import CUDA
 from nrt.adapters.metrics import ModelLoad
 from nrt.core.vocabulary import DeviceKind, Tier
@@ -106,6 +107,7 @@ class ModelHost:
         self._runtimes: dict[Path, Runtime] = {}
         self._session_bytes: dict[Path, int] = {}  # measured memory of each live session
         self._on_device: set[Path] = set()  # the live sessions whose memory is on the GPU
+        self._chat_templates: dict[Path, ChatTemplate | None] = {}  # each artifact's own, read once
         self._lock = threading.RLock()
 
     # -- queries ---------------------------------------------------------------------------
@@ -160,6 +162,17 @@ class ModelHost:
             if self.registry.tier(model_id) != "resident":
                 raise Unavailable(f"model '{model_id}' is not resident", code="model_not_resident")
             return self._runtimes[self._path(hosted)]
+
+    def chat_template(self, model_id: str) -> ChatTemplate | None:
+        """The chat template the model's tokenizer carries (``tokenizer_config.json``), None without one."""
+        hosted = self.get(model_id)
+        path = hosted.artifact_dir
+        if path is None:
+            return None
+        with self._lock:
+            if path not in self._chat_templates:
+                self._chat_templates[path] = ChatTemplate.from_artifact(path)
+            return self._chat_templates[path]
 
     def evict_session(self, model_id: str, session_id: str) -> int:
         """Drop a conversation's KV cache (held only while the model is resident); the bytes freed."""

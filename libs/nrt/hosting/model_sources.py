@@ -8,8 +8,10 @@ fails at once, naming it).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -24,17 +26,20 @@ from nrt.adapters.catalogue import (
     NotPrepared,
     PreparedModel,
     Provider,
+    RecordError,
     RemoteSource,
     SourceError,
     catalogue_names,
     default_providers,
     get_entry,
     host_provider,
+    load_record,
     locate,
     prepare,
 )
 from nrt.adapters.catalogue.checkpoints import checkpoint_entry
 from nrt.adapters.catalogue.locate import CheckpointNotPrepared
+from nrt.core.events import Weights
 from nrt.core.manifest import ModelSpec
 
 log = logging.getLogger("nrt.worker")
@@ -111,6 +116,25 @@ def _located(source: str, provider: Provider) -> LocatedArtifact | RemoteSource 
             log.exception("preparing %s failed", checkpoint.provenance)
             raise SourceError(f"{checkpoint.provenance} could not be prepared: {_first_line(exc)}") from exc
         return locate(source, provider, fetch=False)
+
+
+def weights_of(target: LocalArtifact | RemoteEndpoint) -> Weights | None:
+    """Exactly which weights ``target`` serves (its artifact record: provenance, variant, file hashes),
+    for the log; None for a remote endpoint, or an artifact without a record."""
+    if not isinstance(target, LocalArtifact):
+        return None
+    try:
+        record = load_record(Path(target.path))
+    except RecordError:
+        return None
+    digest = hashlib.sha256("".join(f"{f.path}:{f.sha256}\n" for f in record.files).encode()).hexdigest()
+    return Weights(
+        source=record.source,
+        sha256=digest,
+        provider=record.provider,
+        quantization=record.quantization or "unknown",
+        bytes=record.total_bytes,
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from nrt.adapters.inference import GenerationRequest, PromptTemplate, builtin_template
+from nrt.adapters.inference.chat_template import ChatTemplate
 from nrt.adapters.inference.templates import BUILTIN_TEMPLATES
 from nrt.core.manifest import Generation, ModelSpec
 from nrt.core.protocol import GenerateRequest, SamplingParams
@@ -12,9 +13,12 @@ from nrt.core.protocol import GenerateRequest, SamplingParams
 DEFAULT_TEMPLATE = "plain-chat"
 
 
-def template_for(spec: ModelSpec | None) -> PromptTemplate:
-    """A built-in template by name, else the manifest's text as the template's layout, its
-    ``turn_template`` parts (where given) writing each message of ``{turns}``."""
+def template_for(spec: ModelSpec | None, own: ChatTemplate | None = None) -> PromptTemplate | ChatTemplate:
+    """The manifest's template (a built-in's name, else its text as the template's layout, its
+    ``turn_template`` parts, where given, writing each message of ``{turns}``); without one, the
+    chat template the model's tokenizer carries (``own``), else the default plain chat."""
+    if (spec is None or spec.template is None) and own is not None and (spec is None or spec.turn_template is None):
+        return own
     if spec is None or spec.template is None:
         base = builtin_template(DEFAULT_TEMPLATE)
     elif spec.template in BUILTIN_TEMPLATES:
@@ -39,9 +43,12 @@ def requested_generation(params: SamplingParams, spec: ModelSpec | None) -> Gene
     )
 
 
-def generation_request(request: GenerateRequest, spec: ModelSpec | None, session_key: str | None) -> GenerationRequest:
-    """The engine request: the prompt rendered, client params over the manifest's defaults."""
-    template = template_for(spec)
+def generation_request(
+    request: GenerateRequest, spec: ModelSpec | None, session_key: str | None, own: ChatTemplate | None = None
+) -> GenerationRequest:
+    """The engine request: the prompt rendered (``own``: the model's own chat template), client params
+    over the manifest's defaults."""
+    template = template_for(spec, own)
     prompt = request.prompt if request.prompt is not None else template.render(request.messages)
     params = request.params
     chosen = requested_generation(params, spec)
@@ -56,4 +63,5 @@ def generation_request(request: GenerateRequest, spec: ModelSpec | None, session
         session_id=session_key,
         request_id=request.request_id,
         stream=request.stream,
+        add_special_tokens=not isinstance(template, ChatTemplate),  # a chat template writes its own
     )

@@ -96,7 +96,8 @@ class Serving:
             )
         key = session_key(model_id, request.session_id) if request.session_id else None
         try:
-            engine_request = generation_request(request, self.specs(model_id), key)
+            own = self.host.chat_template(model_id)
+            engine_request = generation_request(request, self.specs(model_id), key, own)
         except TemplateError as exc:
             raise BadRequest(str(exc), code="bad_template") from exc
         with self._conversation(model_id, request.session_id):

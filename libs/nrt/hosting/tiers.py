@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.metrics import WorkerMetrics
-from nrt.core.events import TierChanged
+from nrt.core.events import TierChanged, Weights
 from nrt.core.vocabulary import Reason, Tier
 from nrt.hosting.model_host import ModelHost, Transition
-from nrt.hosting.model_sources import resolve
+from nrt.hosting.model_sources import resolve, weights_of
 from nrt.hosting.shell_ports import EventSink, Loaded, ModelSubjects, SpecLookup
 
 MAX_ERROR_CHARS = 1000  # of a failed load's reason in its event: enough to act on, bounded
@@ -51,7 +51,9 @@ class Tiers:
             spec = self.specs(model_id)
             started = time.perf_counter()
             try:
-                target = resolve(source, spec)
+                # a checkpoint not prepared yet is fetched and prepared here: off the event loop
+                target = await asyncio.to_thread(resolve, source, spec)
+                weights = await asyncio.to_thread(weights_of, target)
                 steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
             except Exception as exc:
                 if model_id not in self.host.hosted:  # the placement did not happen: say so in the log, and why
@@ -66,7 +68,7 @@ class Tiers:
                 steps.append(await asyncio.to_thread(self.host.promote, model_id))
             if any(step.changed for step in steps):
                 for step in steps:
-                    self._record(step, reason)
+                    self._record(step, reason, weights=weights if step.from_tier == Tier.UNLOADED else None)
             else:
                 # Told to load what it already holds: cluster_state's view has lost this placement
                 # (it declared the worker lost, say, while a long load held it up). Answer with the
@@ -103,7 +105,13 @@ class Tiers:
         return self._locks.setdefault(model_id, asyncio.Lock())
 
     def _record(
-        self, step: Transition, reason: Reason, cold_start: bool = False, held: bool = False, error: str | None = None
+        self,
+        step: Transition,
+        reason: Reason,
+        cold_start: bool = False,
+        held: bool = False,
+        error: str | None = None,
+        weights: Weights | None = None,
     ) -> None:
         """Record a measured tier change; none for a step that changed nothing, except a failed
         load (unloaded -> unloaded), which withdraws the placement the log announced, and a load
@@ -122,6 +130,7 @@ class Tiers:
                     bytes_held=step.bytes_held,
                     cold_start=cold_start,
                     error=error,
+                    weights=weights,
                 )
             )
 

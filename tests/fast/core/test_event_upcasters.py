@@ -13,13 +13,15 @@ from nrt.core.events import (
     VERSION_HEADER,
     EventDecodeError,
     RequestCompleted,
+    TierChanged,
+    Weights,
     WorkerJoined,
     decode,
     encode,
     upcast,
 )
 from nrt.core.events.upcasters import missing_upcasters
-from nrt.core.vocabulary import DeviceKind, WorkerRole
+from nrt.core.vocabulary import DeviceKind, Reason, Tier, WorkerRole
 
 V1_JOINED = (
     b'{"cpu_count":1,"event_id":"0d5c2a8e-6f3b-4c1e-9a7d-000000000002","host":"h",'
@@ -64,6 +66,26 @@ def test_a_v2_worker_joined_gets_the_device_its_accelerator_bytes_imply() -> Non
     current = WorkerJoined(worker_id="w", host="h", cpu_count=1, ram_bytes=1, accelerator_bytes=80 << 30, device=h100)
     assert WorkerJoined.VERSION == 3
     assert decode(encode(current), version=2) == decode(encode(current)) == current  # a later body keeps its device
+
+
+def test_a_v2_tier_change_decodes_without_weights_and_a_v3_one_keeps_them() -> None:
+    load = TierChanged(
+        model_id="m",
+        worker_id="w",
+        from_tier=Tier.UNLOADED,
+        to_tier=Tier.STANDBY,
+        reason=Reason.PLACEMENT,
+        elapsed_ms=1.0,
+        bytes_held=1,
+        weights=Weights(source="hf://a/b@c", sha256="d", provider="cpu", quantization="int8-dynamic", bytes=1),
+    )
+    body = msgspec.json.decode(encode(load))
+    del body["weights"]  # a version 2 body has none
+    older = decode(msgspec.json.encode(body), version=2)
+    assert isinstance(older, TierChanged)
+    assert older.weights is None
+    assert TierChanged.VERSION == 3
+    assert decode(encode(load), version=2) == decode(encode(load)) == load  # a later body keeps its weights
 
 
 def test_upcasting_applies_each_step_in_order() -> None:

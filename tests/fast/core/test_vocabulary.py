@@ -74,7 +74,10 @@ WRITTEN = {
 # Fields added to an event type after these rows were written (a new version, with a default): an old
 # row decodes with the default, and encodes to its own bytes plus the field. The hash chain keeps the
 # stored bytes, so it is unchanged.
-ADDED_SINCE: dict[str, dict[str, object]] = {"RequestCompleted": {"key_id": None}, "TierChanged": {"error": None}}
+ADDED_SINCE: dict[str, dict[str, object]] = {
+    "RequestCompleted": {"key_id": None},
+    "TierChanged": {"error": None, "weights": None},
+}
 
 
 def test_stored_rows_decode_into_the_vocabulary_and_encode_to_the_same_bytes() -> None:

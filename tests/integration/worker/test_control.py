@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from huggingface_hub import constants
 
 from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.core.events import SessionKvEvicted, TierChanged
 from nrt.core.protocol import PromoteModel, PromoteResult
 from nrt.hosting.tiers import MAX_ERROR_CHARS, load_error
+from nrt.testing.hf_checkpoints import put_in_cache, save_checkpoint
 from shell_fakes import LLAMA, Jobs, Subscribed, Unsubscribed
 
 
@@ -149,3 +153,25 @@ def test_a_failed_loads_reason_names_the_error_and_is_bounded() -> None:
     assert len(long) == MAX_ERROR_CHARS
     assert long.startswith("RuntimeError: xxx")
     assert long.endswith("...")
+
+
+async def test_a_load_records_exactly_which_weights_it_loaded(
+    jobs: Jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    commit = put_in_cache(cache, "acme/billing", save_checkpoint(tmp_path / "ckpt", "llama"))
+    await jobs.command("load", "billing", "placement", source="hf://acme/billing", tier="resident")
+    standby, resident = jobs.shell.of(TierChanged)
+    assert standby.weights is not None
+    assert standby.weights.source == f"hf://acme/billing@{commit}"  # the commit, even for an unpinned source
+    assert (standby.weights.provider, standby.weights.quantization) == ("cpu", "int8-dynamic")
+    assert len(standby.weights.sha256) == 64
+    assert standby.weights.bytes > 0
+    assert resident.weights is None  # a promotion loads no new weights
+    reloaded = await jobs.command("load", "llama", "placement", source=LLAMA, tier="standby")
+    assert reloaded.changed
+    tiny = jobs.shell.of(TierChanged)[-1].weights
+    assert tiny is not None
+    assert tiny.source.startswith("generated:random-llama")

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from huggingface_hub import constants
 
 from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.adapters.inference import BatchingGenerator, CausalLM
 from nrt.core.events import SessionOpened, SessionTouched, TierChanged
 from nrt.core.protocol import (
+    ChatMessage,
     ClassifyRequest,
     EmbedRequest,
     GenerateChunk,
@@ -22,6 +24,7 @@ from nrt.core.protocol import (
     SamplingParams,
 )
 from nrt.hosting import classify
+from nrt.testing.hf_checkpoints import put_in_cache, save_checkpoint
 from shell_fakes import LLAMA, PROMPT, Jobs
 
 
@@ -211,3 +214,36 @@ async def test_a_remote_model_streams_the_endpoint_answer_as_chunks(jobs: Jobs) 
         }
     ]
     assert jobs.shell.of(PromoteModel) == []  # a remote model is never promoted
+
+
+async def test_an_operators_model_is_prompted_with_its_own_chat_template(
+    jobs: Jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import transformers
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    checkpoint = save_checkpoint(tmp_path / "ckpt", "qwen2")
+    put_in_cache(cache, "acme/support", checkpoint)
+    await jobs.command("load", "support", "placement", source="hf://acme/support", tier="resident")
+    conversation = [
+        ChatMessage("system", "You help with billing."),
+        ChatMessage("user", "I was charged twice."),
+        ChatMessage("assistant", "Which order?"),
+        ChatMessage("user", "Order 4417."),
+    ]
+    chat = GenerateRequest(
+        request_id="r",
+        model_id="support",
+        manifest_version=1,
+        messages=tuple(conversation),
+        params=SamplingParams(max_tokens=3, temperature=0.0),
+    )
+    chunks = await answer(jobs, chat)
+    usage = chunks[-1].usage
+    assert usage is not None
+    expected = transformers.AutoTokenizer.from_pretrained(str(checkpoint)).apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in conversation], tokenize=True, add_generation_prompt=True
+    )
+    assert usage.prompt_tokens == len(expected)  # the model's template, its special tokens written once

@@ -146,6 +146,12 @@ def start_generation(
     if request.prompt_ids is not None:
         prompt_ids = list(request.prompt_ids)
     else:
+        if not request.add_special_tokens:
+
+            def encode(text: str) -> list[int]:
+                ids: list[int] = tokenizer.encode(text, add_special_tokens=False).ids
+                return ids
+
         encoded = encode_prompt(request.prompt, encode, tokenizer, previous)
         prompt_ids, reused = encoded.ids, encoded.reused
         if request.session_id is not None:

@@ -32,6 +32,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     request_id: str = ""
     stream: bool = True
+    # False: ``prompt`` holds every special token the model needs (a chat template wrote them), so
+    # the tokenizer adds none (no second BOS)
+    add_special_tokens: bool = True
 
 
 class Chunk(msgspec.Struct, frozen=True, kw_only=True):

