@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -84,6 +85,21 @@ def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
     code, export = _run("add", str(tmp_path))
     assert code == 2
     assert "is not an operator's checkpoint" in export
+    code, listed = _run("list")
+    assert code == 0
+    [name] = re.findall(r"as (user-hf-acme-helper-[0-9a-f]{12})", output)
+    assert "Operators' models" in listed
+    assert "user-hf-acme" in listed
+    assert "int8-dynamic" in listed
+    code, removed = _run("rm", name)
+    assert code == 0, removed
+    assert not (nrt_home / "models" / name).exists()
+    code, gone = _run("rm", name)
+    assert code == 2
+    assert "no operator's model" in gone
+    code, builtin = _run("rm", "tiny-llama")
+    assert code == 2
+    assert "is not an operator's model" in builtin
 
 
 def test_info_prints_the_record(in_tiny_home: PreparedArtifact) -> None:

@@ -14,6 +14,7 @@ catalogue's quantiser), ``cuda`` with float16 weights.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -67,6 +68,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog."
 # the largest |logit difference| a variant may show against torch, relative to 1 + the largest |logit|
 TOLERANCE: dict[Quantization, float] = {"fp32": 1e-3, "int8-dynamic": 0.25, "fp16": 0.05}
 _SLUG = re.compile(r"[^a-z0-9]+")
+USER_PREFIX = "user-"  # the names of operators' models under models_dir() (catalogue names never start so)
 
 
 class UnsupportedArchitecture(ArtifactError):
@@ -83,6 +85,56 @@ class Checkpoint:
     model_type: str
     kind: Kind
     weight_bytes: int
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """An operator's model prepared on this host: its directory and the record of each variant built."""
+
+    name: str
+    directory: Path
+    variants: tuple[ArtifactRecord, ...]  # the root (cpu) variant first, when built
+
+    @property
+    def source(self) -> str:
+        return self.variants[0].source if self.variants else "?"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(record.total_bytes for record in self.variants)
+
+
+def user_models() -> list[UserModel]:
+    """The operators' models prepared under ``models_dir()``, by name."""
+    from nrt.adapters import settings
+    from nrt.adapters.catalogue.record import RecordError, load_record
+    from nrt.adapters.catalogue.variants import PROVIDERS, variant_path
+
+    root = settings.models_dir()
+    found = []
+    for directory in sorted(root.glob(f"{USER_PREFIX}*")) if root.is_dir() else []:
+        if not directory.is_dir():
+            continue
+        records = []
+        for provider in PROVIDERS:
+            with contextlib.suppress(RecordError):
+                records.append(load_record(variant_path(directory, provider)))
+        found.append(UserModel(directory.name, directory, tuple(records)))
+    return found
+
+
+def remove_user_model(name: str) -> Path:
+    """Delete the operator's model ``name`` (its every variant), under its build lock; its directory."""
+    from nrt.adapters.catalogue.layout import artifact_dir, build_lock
+
+    if not name.startswith(USER_PREFIX) or "/" in name:
+        raise ArtifactError(f"{name!r} is not an operator's model (their names start with {USER_PREFIX})")
+    directory = artifact_dir(name)
+    if not directory.is_dir():
+        raise ArtifactError(f"no operator's model {name!r} is prepared here ({directory})")
+    with build_lock(name):
+        shutil.rmtree(directory)
+    return directory
 
 
 def supported() -> str:
@@ -135,7 +187,7 @@ def artifact_name(provenance: str) -> str:
     slug of it and a hash of the whole, so two sources never share an artifact."""
     readable = _SLUG.sub("-", provenance.split("@")[0].split("#")[0].lower()).strip("-")[-48:].strip("-")
     digest = hashlib.sha256(provenance.encode()).hexdigest()[:12]
-    return f"user-{readable}-{digest}"
+    return f"{USER_PREFIX}{readable}-{digest}"
 
 
 def fingerprint(directory: Path) -> str:

@@ -45,6 +45,8 @@ from nrt.adapters.catalogue.checkpoints import (
     hub_checkpoint,
     is_checkpoint,
     local_checkpoint,
+    remove_user_model,
+    user_models,
 )
 from nrt.adapters.catalogue.entry import CatalogueEntry
 from nrt.adapters.catalogue.hub import checkout
@@ -80,6 +82,40 @@ def list_models() -> None:
         )
         table.add_row(entry.name, entry.kind, prepared, size, variants, entry.description)
     _out.print(table)
+    own = user_models()
+    if not own:
+        click.echo("operators' models: none prepared (nrt models add hf://org/name, or a checkpoint directory)")
+        return
+    mine = Table(title=f"Operators' models ({settings.models_dir()})")
+    mine.add_column("name", no_wrap=True)  # what `nrt models rm` takes: never broken
+    for column in ("kind", "size", "variants", "source", "directory"):
+        mine.add_column(column, overflow="fold")
+    for model in own:
+        kinds = {record.kind for record in model.variants}
+        variants = ", ".join(
+            f"{record.provider} {record.quantization} {_size(record.total_bytes)}" for record in model.variants
+        )
+        mine.add_row(
+            model.name,
+            ", ".join(sorted(kinds)) or "?",
+            _size(model.total_bytes),
+            variants,
+            model.source,
+            str(model.directory),
+        )
+    _out.print(mine)
+
+
+@models.command(name="rm")
+@click.argument("name")
+def remove_model(name: str) -> None:
+    """Delete an operator's model NAME (as `nrt models list` shows it) from this host's model cache;
+    its Hugging Face download stays in the Hugging Face cache."""
+    try:
+        directory = remove_user_model(name)
+    except ArtifactError as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    click.echo(f"removed {name} ({directory})")
 
 
 _STATE_LABELS = {"missing": "no", "stale": "[yellow]stale[/yellow]", "invalid": "[red]invalid[/red]"}
