@@ -66,7 +66,7 @@ def pending_sources(manifest: Manifest) -> list[str]:
     lines = []
     for spec in manifest.models:
         try:
-            locate(spec.source, provider)
+            locate(spec.source, provider, weights=spec.quantization)
         except NotPrepared as exc:
             lines.append(f"{spec.id}: {exc}")
         except SourceError:
@@ -103,7 +103,7 @@ def unusable_sources(manifest: Manifest) -> list[Problem]:
     problems = []
     for spec, path in zip(manifest.models, model_key_paths(manifest.models), strict=True):
         try:
-            locate(spec.source, provider)
+            locate(spec.source, provider, weights=spec.quantization)
         except NotPrepared:
             continue
         except SourceError as exc:

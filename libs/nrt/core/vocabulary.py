@@ -82,6 +82,16 @@ class DeviceRequirement(StrEnum):
     ANY = "any"  # wherever it fits (the default)
 
 
+class WeightFormat(StrEnum):
+    """How a model's weights are stored for serving (its manifest ``quantization`` key): an operator's
+    checkpoint is prepared in the format asked for; without one, int8 on a CPU and fp16 on a GPU."""
+
+    INT4 = "int4"  # 4-bit blocks (MatMulNBits): a quarter of fp32's bytes; CPU
+    INT8 = "int8"  # 8-bit blocks: the CPU default
+    FP16 = "fp16"  # float16 weight matrices: the GPU default
+    NONE = "none"  # the checkpoint's own float32 weights, unquantised
+
+
 class KeyScope(StrEnum):
     """What an API key may do: ``infer`` calls the ``/v1`` API; ``admin`` also changes the cluster
     (the manifest, the keys) and may infer."""

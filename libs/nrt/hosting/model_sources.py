@@ -40,7 +40,7 @@ from nrt.adapters.catalogue import (
 from nrt.adapters.catalogue.checkpoints import checkpoint_entry
 from nrt.adapters.catalogue.locate import CheckpointNotPrepared
 from nrt.core.events import Weights
-from nrt.core.manifest import ModelSpec
+from nrt.core.manifest import ModelSpec, WeightFormat
 
 log = logging.getLogger("nrt.worker")
 
@@ -85,7 +85,7 @@ def resolve(
     """
     provider = provider or host_provider()
     try:
-        located = _located(source, provider)
+        located = _located(source, provider, spec.quantization if spec is not None else None)
     except NotPrepared as exc:
         raise Unavailable(
             f"catalogue model '{exc.name}' is not prepared on this worker; run `nrt models prepare {exc.name}`",
@@ -104,18 +104,21 @@ def resolve(
     return LocalArtifact(str(located.directory))
 
 
-def _located(source: str, provider: Provider) -> LocatedArtifact | RemoteSource | AnthropicSource:
+def _located(
+    source: str, provider: Provider, weights: WeightFormat | None
+) -> LocatedArtifact | RemoteSource | AnthropicSource:
     try:
-        return locate(source, provider, fetch=True)
+        return locate(source, provider, fetch=True, weights=weights)
     except CheckpointNotPrepared as missing:
         checkpoint = missing.checkpoint
         log.info("preparing %s (%s) for this host: %s", checkpoint.provenance, checkpoint.model_type, checkpoint.name)
         try:
-            prepare(checkpoint.name, entry=checkpoint_entry(checkpoint), providers=default_providers())
+            providers: tuple[Provider, ...] = ("cuda",) if weights is WeightFormat.FP16 else default_providers()
+            prepare(checkpoint.name, entry=checkpoint_entry(checkpoint), providers=providers)
         except Exception as exc:  # the exporters raise their own errors: each is this model's load failure
             log.exception("preparing %s failed", checkpoint.provenance)
             raise SourceError(f"{checkpoint.provenance} could not be prepared: {_first_line(exc)}") from exc
-        return locate(source, provider, fetch=False)
+        return locate(source, provider, fetch=False, weights=weights)
 
 
 def weights_of(target: LocalArtifact | RemoteEndpoint) -> Weights | None:

@@ -14,6 +14,8 @@ from nrt.core.manifest import (
     Priority,
     Tier,
     TurnTemplate,
+    WeightFormat,
+    diff_manifests,
     load_manifest,
     parse_manifest,
 )
@@ -99,6 +101,18 @@ def test_extensions_are_typed() -> None:
     assert manifest.router.intents[0] == ("billing", ("my invoice is wrong",))
     assert manifest.intent_labels == ("billing", "technical")
     assert manifest.resources.ram_budget == int(1.5 * 2**30)
+
+
+def test_the_weight_format_is_chosen_per_model_and_a_change_reloads_it() -> None:
+    text = GOOD.replace(
+        "      footprint: 400MB\n    - id: technical",
+        "      footprint: 400MB\n      quantization: int4\n    - id: technical",
+        1,
+    )
+    manifest = parse_manifest(text)
+    assert manifest.models[1].quantization is WeightFormat.INT4
+    assert {spec.quantization for spec in manifest.models if spec.id != manifest.models[1].id} == {None}
+    assert diff_manifests(parse_manifest(GOOD), manifest).replaced == (manifest.models[1].id,)
 
 
 def _problem(text: str) -> tuple[str, str, int | None]:
@@ -337,6 +351,22 @@ CASES = [
         "a remote model runs at its endpoint; 'device' (gpu, cpu or any) is for models a worker runs; remove it",
         24,
         id="device-on-a-remote-model",
+    ),
+    pytest.param(
+        "      footprint: 400MB\n    - id: technical",
+        "      footprint: 400MB\n      quantization: int3\n    - id: technical",
+        "models.specialists[0].quantization",
+        "unknown quantization 'int3'; valid: 'int4', 'int8', 'fp16' or 'none'",
+        17,
+        id="quantization-unknown",
+    ),
+    pytest.param(
+        "routing:\n",
+        "fallback:\n  source: https://api.example.com/v1\n  tier: remote\n  quantization: int4\nrouting:\n",
+        "fallback.quantization",
+        "a remote model's weights are its endpoint's; 'quantization' is for models a worker prepares; remove it",
+        24,
+        id="quantization-on-a-remote-model",
     ),
 ]
 

@@ -19,6 +19,7 @@ from nrt.adapters.catalogue.locate import CheckpointNotPrepared
 from nrt.adapters.catalogue.record import ArtifactRecord
 from nrt.adapters.inference import BatchingGenerator, CausalLM, GenerationRequest, build_session, load_weights
 from nrt.adapters.inference.bare import bare_greedy
+from nrt.core.manifest import ModelSpec, Role, WeightFormat
 from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.testing.hf_checkpoints import ARCHITECTURES, put_in_cache, save_checkpoint
 
@@ -179,3 +180,35 @@ def test_a_checkpoint_that_fails_to_build_leaves_nothing_half_prepared(
         resolve("hf://acme/broken", provider="cpu")
     leftovers = [name for name in no_artifacts_left() if not name.endswith(".lock")]  # the build lock stays
     assert leftovers == []
+
+
+@pytest.mark.parametrize(
+    ("weights", "quantization"),
+    [(WeightFormat.INT4, "int4"), (WeightFormat.NONE, "fp32"), (WeightFormat.FP16, "fp16")],
+)
+def test_the_manifest_chooses_the_weight_format_each_prepared_apart_and_checked(
+    weights: WeightFormat, quantization: str, hub: Path, checkpoints: dict[str, Path]
+) -> None:
+    put_in_cache(hub, "acme/formats", checkpoints["qwen3"])
+    default_dir, default = prepared("hf://acme/formats")
+    spec = ModelSpec(id="m", role=Role.SPECIALIST, source="hf://acme/formats", quantization=weights)
+    served = resolve("hf://acme/formats", spec, provider="cpu")
+    assert isinstance(served, LocalArtifact)
+    record = load_record(Path(served.path))
+    assert (default.quantization, record.quantization) == ("int8-dynamic", quantization)
+    assert record.source == default.source  # the same weights at the same commit, stored another way
+    model_bytes = (Path(served.path) / "model.onnx").stat().st_size
+    default_bytes = (default_dir / "model.onnx").stat().st_size
+    if weights is WeightFormat.INT4:
+        assert model_bytes < default_bytes
+    else:
+        assert model_bytes > default_bytes
+    expected = torch_output(checkpoints["qwen3"], "qwen3", PROMPT_IDS)
+    got = variant_output(Path(served.path), record, PROMPT_IDS)
+    scale = 1.0 + float(np.abs(expected).max())
+    assert float(np.abs(got - expected).max()) / scale <= TOLERANCE[record.quantization or "fp32"]
+
+
+def test_a_weight_format_for_a_source_served_as_built_is_an_error(hub: Path) -> None:
+    with pytest.raises(SourceError, match="'quantization: int4' applies to an operator's checkpoint"):
+        locate("catalogue://tiny-llama", "cpu", weights=WeightFormat.INT4)

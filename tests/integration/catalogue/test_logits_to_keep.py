@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
-from nrt.adapters.catalogue.builders.quantize import quantize_int8_blockwise
+from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 from nrt.adapters.inference import (
     BatchingGenerator,
     CausalLM,
@@ -33,7 +33,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rewritten(source: Path, target: Path, *, int8: bool = False) -> Path:
     shutil.copytree(source, target)
     if int8:
-        quantize_int8_blockwise(source / MODEL_FILE, target / MODEL_FILE, min_elements=64)
+        quantize_blockwise(source / MODEL_FILE, target / MODEL_FILE, min_elements=64)
     add_logits_to_keep(target / MODEL_FILE)
     return target
 
@@ -48,7 +48,7 @@ async def test_the_rewritten_graph_computes_the_same_logits(tiny: Path, tmp_path
     if int8:
         reference_dir = tmp_path / "int8"
         shutil.copytree(tiny, reference_dir)
-        quantize_int8_blockwise(tiny / MODEL_FILE, reference_dir / MODEL_FILE, min_elements=64)
+        quantize_blockwise(tiny / MODEL_FILE, reference_dir / MODEL_FILE, min_elements=64)
     before, after = load(reference_dir), load(rewritten(tiny, tmp_path / "kept", int8=int8))
     assert not before.signature.has_logits_to_keep
     assert after.signature.has_logits_to_keep

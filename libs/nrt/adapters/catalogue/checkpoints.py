@@ -21,7 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -32,10 +32,17 @@ from nrt.adapters.catalogue.hub import Checkout
 from nrt.adapters.catalogue.record import ArtifactRecord, Kind, Provider, Quantization
 from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.adapters.inference.errors import ArtifactError
+from nrt.core.vocabulary import WeightFormat
 
 RECIPE = "checkpoint/1"
-CPU_RECIPE = f"{RECIPE}+int8/1"
 CUDA_RECIPE = f"{RECIPE}+fp16/1"
+# the cpu variant of each weight format (fp16 is the cuda variant's, over the default int8 root)
+CpuFormat = Literal["int4", "int8", "none"]
+CPU_FORMATS: dict[CpuFormat, tuple[Quantization, str]] = {
+    "int8": ("int8-dynamic", f"{RECIPE}+int8/1"),
+    "int4": ("int4", f"{RECIPE}+int4/1"),
+    "none": ("fp32", f"{RECIPE}+fp32/1"),
+}
 
 # model_type (config.json) -> what it is; optimum exports each with the task below
 DECODERS = (
@@ -62,11 +69,11 @@ COMPANIONS = (
     "sentence_bert_config.json",  # and its sequence length
 )
 STEPS = ("Read the checkpoint", "Load the weights", "Export to ONNX")
-CPU_STEPS = ("Quantise the weights to int8", "Check int8 against torch")
+CPU_STEPS = ("Quantise the weights", "Check the quantised model against torch")
 CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against torch")
 PROMPT = "The quick brown fox jumps over the lazy dog."
 # the largest |logit difference| a variant may show against torch, relative to 1 + the largest |logit|
-TOLERANCE: dict[Quantization, float] = {"fp32": 1e-3, "int8-dynamic": 0.25, "fp16": 0.05}
+TOLERANCE: dict[Quantization, float] = {"fp32": 1e-3, "int8-dynamic": 0.25, "int4": 0.6, "fp16": 0.05}
 _SLUG = re.compile(r"[^a-z0-9]+")
 USER_PREFIX = "user-"  # the names of operators' models under models_dir() (catalogue names never start so)
 
@@ -85,6 +92,7 @@ class Checkpoint:
     model_type: str
     kind: Kind
     weight_bytes: int
+    cpu_format: CpuFormat = "int8"  # how the cpu variant stores the weights (a decoder's; encoders stay fp32)
 
 
 @dataclass(frozen=True)
@@ -146,7 +154,17 @@ def is_checkpoint(directory: Path) -> bool:
     return (directory / CONFIG_FILE).is_file() and any(directory.glob("*.safetensors"))
 
 
-def read_checkpoint(directory: Path, provenance: str) -> Checkpoint:
+def cpu_format(weights: WeightFormat | None) -> CpuFormat:
+    """The cpu variant a manifest's ``quantization`` asks for (fp16 is served by the cuda variant,
+    built over the default int8 cpu one)."""
+    if weights is WeightFormat.INT4:
+        return "int4"
+    if weights is WeightFormat.NONE:
+        return "none"
+    return "int8"
+
+
+def read_checkpoint(directory: Path, provenance: str, fmt: CpuFormat = "int8") -> Checkpoint:
     """What the checkpoint in ``directory`` is; :class:`UnsupportedArchitecture` or ``ArtifactError`` when unusable."""
     config_path = directory / CONFIG_FILE
     try:
@@ -172,13 +190,15 @@ def read_checkpoint(directory: Path, provenance: str) -> Checkpoint:
             f"{provenance}: no {TOKENIZER_FILE} in {directory} (NRT reads fast tokenizers: save the tokenizer "
             f"with transformers' save_pretrained, which writes it)"
         )
+    fmt = fmt if kind == "causal-lm" else "none"
     return Checkpoint(
         directory=directory,
         provenance=provenance,
-        name=artifact_name(provenance),
+        name=artifact_name(provenance if fmt == "int8" else f"{provenance}+{fmt}"),
         model_type=model_type,
         kind=kind,
         weight_bytes=sum(path.stat().st_size for path in weights),
+        cpu_format=fmt,
     )
 
 
@@ -200,33 +220,29 @@ def fingerprint(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def local_checkpoint(directory: Path) -> Checkpoint:
+def local_checkpoint(directory: Path, fmt: CpuFormat = "int8") -> Checkpoint:
     """The checkpoint in a local directory, named after the directory and its fingerprint."""
     resolved = directory.expanduser().resolve()
-    return read_checkpoint(resolved, f"local:{resolved}#{fingerprint(resolved)[:16]}")
+    return read_checkpoint(resolved, f"local:{resolved}#{fingerprint(resolved)[:16]}", fmt)
 
 
-def hub_checkpoint(checkout: Checkout) -> Checkpoint:
+def hub_checkpoint(checkout: Checkout, fmt: CpuFormat = "int8") -> Checkpoint:
     """The checkpoint an ``hf://`` source fetched into the Hugging Face cache, named after its commit."""
-    return read_checkpoint(checkout.directory, checkout.pinned)
+    return read_checkpoint(checkout.directory, checkout.pinned, fmt)
 
 
 def checkpoint_entry(checkpoint: Checkpoint) -> CatalogueEntry:
     """The catalogue entry that prepares ``checkpoint``: its variants and its builder."""
     approx = checkpoint.weight_bytes
+    quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
+    cpu_bytes = {"int8": approx // 4, "int4": approx // 7, "none": approx}[checkpoint.cpu_format]
     return CatalogueEntry(
         name=checkpoint.name,
         kind=checkpoint.kind,
         description=f"{checkpoint.model_type} checkpoint {checkpoint.provenance}",
         steps=STEPS,
         variants=(
-            Variant(
-                provider="cpu",
-                quantization="int8-dynamic",
-                recipe=CPU_RECIPE,
-                steps=CPU_STEPS,
-                approx_bytes=approx // 4,
-            ),
+            Variant(provider="cpu", quantization=quantization, recipe=recipe, steps=CPU_STEPS, approx_bytes=cpu_bytes),
             Variant(
                 provider="cuda", quantization="fp16", recipe=CUDA_RECIPE, steps=CUDA_STEPS, approx_bytes=approx // 2
             ),
@@ -245,7 +261,7 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
     )
     from nrt.adapters.catalogue.builders.fp16 import write_cuda_variant
     from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
-    from nrt.adapters.catalogue.builders.quantize import quantize_int8_blockwise
+    from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 
     context.progress.step(STEPS[0])
     offline()
@@ -279,13 +295,16 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
         quantization: Quantization
         if provider == "cpu":
             context.progress.step(CPU_STEPS[0])
-            if checkpoint.kind == "causal-lm":
-                report = quantize_int8_blockwise(export / MODEL_FILE, target / MODEL_FILE)
-                add_logits_to_keep(target / MODEL_FILE)
-                quantization, detail, recipe = "int8-dynamic", report.scheme, CPU_RECIPE
-            else:  # a small encoder: fp32 keeps its embeddings exact, and it is small
+            quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
+            if checkpoint.cpu_format in ("int8", "int4"):
+                bits: Literal[4, 8] = 4 if checkpoint.cpu_format == "int4" else 8
+                report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
+                detail = report.scheme
+            else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
                 shutil.copyfile(export / MODEL_FILE, target / MODEL_FILE)
-                quantization, detail, recipe = "fp32", "fp32 (an encoder is exported as it is)", CPU_RECIPE
+                detail = "fp32: the checkpoint's weights, unquantised"
+            if checkpoint.kind == "causal-lm":
+                add_logits_to_keep(target / MODEL_FILE)
             context.progress.step(CPU_STEPS[1])
         else:
             context.progress.step(CUDA_STEPS[0])

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nrt.adapters.catalogue.artifacts import PreparedArtifact, find_serving
+from nrt.adapters.catalogue.artifacts import PreparedArtifact, find_prepared, find_serving
 from nrt.adapters.catalogue.checkpoints import (
     Checkpoint,
+    CpuFormat,
     checkpoint_entry,
+    cpu_format,
     hub_checkpoint,
     is_checkpoint,
     local_checkpoint,
@@ -37,6 +39,7 @@ from nrt.adapters.catalogue.sources import (
     AnthropicSource,
     CatalogueSource,
     HfSource,
+    LocalSource,
     RemoteSource,
     SourceError,
     resolve_source,
@@ -44,6 +47,7 @@ from nrt.adapters.catalogue.sources import (
 from nrt.adapters.catalogue.variants import serving_directory
 from nrt.adapters.inference.artifact import MODEL_FILE
 from nrt.adapters.inference.errors import ArtifactError
+from nrt.core.vocabulary import WeightFormat
 
 
 class NotPrepared(SourceError):
@@ -94,15 +98,28 @@ class LocatedArtifact:
     catalogue: PreparedModel | None = None  # None for a local directory
 
 
-def locate(source: str, provider: Provider, *, fetch: bool = False) -> LocatedArtifact | RemoteSource | AnthropicSource:
+def locate(
+    source: str, provider: Provider, *, fetch: bool = False, weights: WeightFormat | None = None
+) -> LocatedArtifact | RemoteSource | AnthropicSource:
     """Where ``source`` is for sessions on ``provider``; a :class:`SourceError` (or one of its kinds
     above) saying why it cannot be used here. ``fetch``: download an ``hf://`` source into the Hugging
-    Face cache when it is not there (a worker about to load it); without it only the cache is read."""
+    Face cache when it is not there (a worker about to load it); without it only the cache is read.
+    ``weights``: the manifest's ``quantization`` of an operator's checkpoint (fp16: its cuda variant,
+    on any provider); other sources come as they were built, and asking for a format is an error."""
     resolved = resolve_source(source)
+    fmt = cpu_format(weights)
+    if weights is WeightFormat.FP16:
+        provider = "cuda"
+    exact = weights is not None  # the format asked for, not another provider's as a stand-in
+    if isinstance(resolved, HfSource):
+        return _prepared(_hub(resolved, fetch, fmt), provider, exact)
+    if weights is not None and not (isinstance(resolved, LocalSource) and _is_checkpoint_dir(resolved)):
+        raise SourceError(
+            f"source {source!r}: 'quantization: {weights}' applies to an operator's checkpoint (hf://org/name, or a "
+            f"Hugging Face checkpoint directory); this source is served as it was built: remove it"
+        )
     if isinstance(resolved, RemoteSource | AnthropicSource):
         return resolved
-    if isinstance(resolved, HfSource):
-        return _prepared(_hub(resolved, fetch), provider)
     if isinstance(resolved, CatalogueSource):
         prepared = find_serving(resolved.name, provider)
         if prepared is None:
@@ -111,7 +128,7 @@ def locate(source: str, provider: Provider, *, fetch: bool = False) -> LocatedAr
     path = Path(resolved.path).expanduser()
     if not (path / MODEL_FILE).is_file():
         if path.is_dir() and is_checkpoint(path):
-            return _prepared(_readable(lambda: local_checkpoint(path)), provider)
+            return _prepared(_readable(lambda: local_checkpoint(path, fmt)), provider, exact)
         raise NotAnExport(
             f"source {source!r} is neither an ONNX export directory (no {MODEL_FILE} in {path}) nor a Hugging Face "
             f"checkpoint (config.json and *.safetensors)"
@@ -119,7 +136,12 @@ def locate(source: str, provider: Provider, *, fetch: bool = False) -> LocatedAr
     return LocatedArtifact(serving_directory(path, provider).resolve())
 
 
-def _hub(source: HfSource, fetch: bool) -> Checkpoint:
+def _is_checkpoint_dir(source: LocalSource) -> bool:
+    path = Path(source.path).expanduser()
+    return not (path / MODEL_FILE).is_file() and path.is_dir() and is_checkpoint(path)
+
+
+def _hub(source: HfSource, fetch: bool, fmt: CpuFormat) -> Checkpoint:
     if fetch:
         found = checkout(source)
     else:
@@ -129,7 +151,7 @@ def _hub(source: HfSource, fetch: bool) -> Checkpoint:
                 raise SourceError(not_cached_problem(source))
             raise NotFetched(source)
         found = cached_checkout
-    return _readable(lambda: hub_checkpoint(found))
+    return _readable(lambda: hub_checkpoint(found, fmt))
 
 
 def _readable(read: Callable[[], Checkpoint]) -> Checkpoint:
@@ -141,8 +163,13 @@ def _readable(read: Callable[[], Checkpoint]) -> Checkpoint:
         raise SourceError(str(exc)) from exc
 
 
-def _prepared(checkpoint: Checkpoint, provider: Provider) -> LocatedArtifact:
-    prepared = find_serving(checkpoint.name, provider, entry=checkpoint_entry(checkpoint))
+def _prepared(checkpoint: Checkpoint, provider: Provider, exact: bool) -> LocatedArtifact:
+    entry = checkpoint_entry(checkpoint)
+    prepared = (
+        find_prepared(checkpoint.name, provider=entry.serving(provider).provider, entry=entry)
+        if exact
+        else find_serving(checkpoint.name, provider, entry=entry)
+    )
     if prepared is None:
         raise CheckpointNotPrepared(checkpoint)
     return LocatedArtifact(prepared.directory.resolve(), PreparedModel(checkpoint.name, prepared))

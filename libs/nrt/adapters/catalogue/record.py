@@ -21,7 +21,7 @@ from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE
 FORMAT_VERSION = 1
 
 Kind = Literal["causal-lm", "encoder"]
-Quantization = Literal["int8-dynamic", "fp16", "fp32", "unknown"]
+Quantization = Literal["int8-dynamic", "int4", "fp16", "fp32", "unknown"]
 # The execution provider a variant's graph is built for. An artifact directory holds the
 # ``cpu`` variant at its root (it runs anywhere) and each other variant in a subdirectory
 # named after its provider (``cuda/``), each a complete artifact with its own record.

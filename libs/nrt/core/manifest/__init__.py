@@ -17,6 +17,7 @@ from nrt.core.manifest.model import (
     Routing,
     Tier,
     TurnTemplate,
+    WeightFormat,
 )
 from nrt.core.manifest.parse import FootprintOf, load_manifest, parse_manifest
 
@@ -39,6 +40,7 @@ __all__ = [
     "Routing",
     "Tier",
     "TurnTemplate",
+    "WeightFormat",
     "diff_manifests",
     "load_manifest",
     "parse_manifest",

@@ -11,7 +11,7 @@ from nrt.core.manifest.model import Manifest
 class ManifestChanges:
     added: tuple[str, ...]  # new model ids
     removed: tuple[str, ...]  # ids the new manifest drops
-    replaced: tuple[str, ...]  # same id, another source
+    replaced: tuple[str, ...]  # same id, another source (or another weight format of it)
     retiered: tuple[str, ...]  # same id and source, another declared tier
 
     def summary(self) -> str:
@@ -33,7 +33,12 @@ def diff_manifests(old: Manifest | None, new: Manifest) -> ManifestChanges:
     """The models ``new`` adds, drops, re-sources and re-tiers compared with ``old`` (None: nothing before)."""
     old_specs = {s.id: s for s in old.models} if old is not None else {}
     new_specs = {s.id: s for s in new.models}
-    replaced = tuple(i for i in new_specs if i in old_specs and old_specs[i].source != new_specs[i].source)
+    replaced = tuple(
+        i
+        for i in new_specs
+        if i in old_specs
+        and (old_specs[i].source, old_specs[i].quantization) != (new_specs[i].source, new_specs[i].quantization)
+    )
     kept = [i for i in new_specs if i in old_specs and i not in replaced]
     return ManifestChanges(
         added=tuple(i for i in new_specs if i not in old_specs),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from nrt.core.vocabulary import DeviceRequirement as DeviceRequirement
 from nrt.core.vocabulary import Priority as Priority  # the shared vocabulary, re-exported where manifests use it
 from nrt.core.vocabulary import Tier as Tier
+from nrt.core.vocabulary import WeightFormat as WeightFormat
 
 if TYPE_CHECKING:
     from nrt.core.manifest.dispatch import DispatchRule
@@ -62,6 +63,7 @@ class ModelSpec:
     promotion_hint: str | None = None
     footprint: int | None = None  # declared bytes; None: taken from the catalogue when known
     device: DeviceRequirement = DeviceRequirement.ANY  # gpu: only on a worker with a GPU; cpu: only on one without
+    quantization: WeightFormat | None = None  # an operator's checkpoint's weights; None: int8 on CPU, fp16 on GPU
     description: str = ""
     template: str | None = None  # prompt template for causal models: a built-in's name or a layout
     turn_template: TurnTemplate | None = None  # the per-message parts of ``{turns}`` in ``template``

@@ -27,6 +27,7 @@ from nrt.core.manifest.model import (
     Routing,
     Tier,
     TurnTemplate,
+    WeightFormat,
 )
 from nrt.core.manifest.template_fields import fields_problem, places
 from nrt.core.manifest.yamltree import KeyPath, YamlTree, parse_yaml, render_path
@@ -49,6 +50,7 @@ MODEL_KEYS = (
     "promotion_hint",
     "footprint",
     "device",
+    "quantization",
     "description",
     "template",
     "turn_template",
@@ -256,6 +258,9 @@ class _Reader:
         co_activation = self.typed(data.get("co_activation"), (*path, "co_activation"), str, "a model id")
         footprint = self.converted(data.get("footprint"), (*path, "footprint"), parse_size)
         device = self.choice(data.get("device"), (*path, "device"), [d.value for d in DeviceRequirement], "device")
+        quantization = self.choice(
+            data.get("quantization"), (*path, "quantization"), [w.value for w in WeightFormat], "quantization"
+        )
         description = self.typed(data.get("description"), (*path, "description"), str, "text") or ""
         template = self.template(data.get("template"), (*path, "template"), role)
         turn_template = self.turn_template(data.get("turn_template"), (*path, "turn_template"), template)
@@ -271,6 +276,11 @@ class _Reader:
         resolved_tier = Tier(tier) if tier else Tier.RESIDENT
         if source is not None:
             self.remote_fields(source, resolved_tier, remote_model, base_url, path)
+        if quantization is not None and resolved_tier is Tier.REMOTE:
+            self.fail(
+                (*path, "quantization"),
+                "a remote model's weights are its endpoint's; 'quantization' is for models a worker prepares; remove it",
+            )
         if device is not None and resolved_tier is Tier.REMOTE:
             self.fail(
                 (*path, "device"),
@@ -290,6 +300,7 @@ class _Reader:
             promotion_hint=hint,
             footprint=footprint,
             device=DeviceRequirement(device) if device else DeviceRequirement.ANY,
+            quantization=WeightFormat(quantization) if quantization else None,
             description=description,
             template=template,
             turn_template=turn_template,

@@ -42,6 +42,7 @@ from nrt.adapters.catalogue import (
 from nrt.adapters.catalogue.checkpoints import (
     Checkpoint,
     checkpoint_entry,
+    cpu_format,
     hub_checkpoint,
     is_checkpoint,
     local_checkpoint,
@@ -52,6 +53,7 @@ from nrt.adapters.catalogue.entry import CatalogueEntry
 from nrt.adapters.catalogue.hub import checkout
 from nrt.adapters.catalogue.record import encode_record
 from nrt.adapters.catalogue.sources import HfSource
+from nrt.core.vocabulary import WeightFormat
 
 EXIT_UNKNOWN = 2
 
@@ -149,20 +151,28 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     "providers",
     multiple=True,
     type=click.Choice(_PROVIDER_CHOICES),
-    help="The variant(s) to build: cpu (int8 weights), cuda (fp16), or all. Default: cpu, plus cuda where "
-    "onnxruntime offers CUDA.",
+    help="The variant(s) to build: cpu, cuda (fp16), or all. Default: cpu, plus cuda where onnxruntime offers CUDA.",
 )
-def add_model(source: str, force: bool, providers: tuple[str, ...]) -> None:
+@click.option(
+    "--quantization",
+    type=click.Choice([w.value for w in WeightFormat]),
+    default=None,
+    help="How the cpu variant stores a decoder's weights: int8 (the default), int4, or none (fp32); fp16 builds the "
+    "cuda variant. As the manifest's `quantization:` key says it.",
+)
+def add_model(source: str, force: bool, providers: tuple[str, ...], quantization: str | None) -> None:
     """Prepare an operator's own model: SOURCE is hf://org/name[@revision] (fetched into the Hugging Face
     cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE) or a local Hugging Face checkpoint
     directory (config.json, *.safetensors, tokenizer.json)."""
+    weights = WeightFormat(quantization) if quantization else None
+    fmt = cpu_format(weights)
     try:
         resolved = resolve_source(source)
         if isinstance(resolved, HfSource):
             click.echo(f"fetching {resolved} into the Hugging Face cache")
-            checkpoint = _readable_checkpoint(lambda: hub_checkpoint(checkout(resolved)))
+            checkpoint = _readable_checkpoint(lambda: hub_checkpoint(checkout(resolved), fmt))
         elif isinstance(resolved, LocalSource) and is_checkpoint(Path(resolved.path).expanduser()):
-            checkpoint = _readable_checkpoint(lambda: local_checkpoint(Path(resolved.path)))
+            checkpoint = _readable_checkpoint(lambda: local_checkpoint(Path(resolved.path), fmt))
         else:
             _fail(
                 f"{source} is not an operator's checkpoint (hf://org/name[@revision], or a directory with config.json "
@@ -172,7 +182,8 @@ def add_model(source: str, force: bool, providers: tuple[str, ...]) -> None:
     except SourceError as exc:
         _fail(str(exc), EXIT_UNKNOWN)
     click.echo(f"{checkpoint.provenance}: a {checkpoint.model_type} {checkpoint.kind}, as {checkpoint.name}")
-    _build(checkpoint_entry(checkpoint), _chosen_providers(providers), force)
+    chosen = ("cuda",) if weights is WeightFormat.FP16 and not providers else _chosen_providers(providers)
+    _build(checkpoint_entry(checkpoint), chosen, force)
 
 
 def _readable_checkpoint(read: Callable[[], Checkpoint]) -> Checkpoint:

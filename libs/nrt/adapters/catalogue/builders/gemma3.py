@@ -27,7 +27,7 @@ from nrt.adapters.catalogue.builders import fp16
 from nrt.adapters.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
 from nrt.adapters.catalogue.builders.fp16 import check_logits, copy_companions, write_cuda_variant
 from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
-from nrt.adapters.catalogue.builders.quantize import quantize_int8_blockwise
+from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 from nrt.adapters.catalogue.describe import causal_lm_record
 from nrt.adapters.catalogue.entry import BuildContext
 from nrt.adapters.catalogue.record import ArtifactRecord, Provider, Quantization
@@ -116,7 +116,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     if "cpu" in context.providers:
         context.progress.step(CPU_STEPS[0])
         target = context.directory("cpu")
-        quantized = quantize_int8_blockwise(export / MODEL_FILE, target / MODEL_FILE)
+        quantized = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE)
         add_logits_to_keep(target / MODEL_FILE)
         copy_companions(export, target)
         context.progress.step(CPU_STEPS[1])
