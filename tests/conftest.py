@@ -202,3 +202,16 @@ def nrt_home(tiny_artifacts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     home = link_tiny_models(tmp_path / "nrt-home", tiny_artifacts)
     monkeypatch.setenv("NRT_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache of this test's own, read offline (as huggingface_hub reads
+    ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` once, at import, they are patched where it keeps them)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache

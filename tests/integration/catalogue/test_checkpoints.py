@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from huggingface_hub import constants
 
 from nrt.adapters import settings
 from nrt.adapters.catalogue import SourceError, load_record, locate
@@ -27,14 +26,10 @@ PROMPT_IDS = [1, 40, 41, 42, 43, 44, 45]
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def hub(hf_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty Hugging Face cache, read offline (HF_HUB_OFFLINE), and an empty NRT_HOME."""
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("NRT_HOME", str(tmp_path / "nrt-home"))
-    return cache
+    return hf_cache
 
 
 @pytest.fixture(scope="module")

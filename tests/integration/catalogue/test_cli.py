@@ -4,9 +4,7 @@ import re
 from pathlib import Path
 
 import msgspec
-import pytest
 from click.testing import CliRunner
-from huggingface_hub import constants
 
 from nrt.adapters.catalogue import PreparedArtifact
 from nrt.adapters.catalogue.record import ArtifactRecord
@@ -66,12 +64,9 @@ def test_prepare_sends_a_hub_source_to_models_add(nrt_home: Path) -> None:
 
 
 def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
-    nrt_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nrt_home: Path, tmp_path: Path, hf_cache: Path
 ) -> None:
-    cache = tmp_path / "hf-cache"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    commit = put_in_cache(cache, "acme/helper", save_checkpoint(tmp_path / "ckpt", "qwen3"))
+    commit = put_in_cache(hf_cache, "acme/helper", save_checkpoint(tmp_path / "ckpt", "qwen3"))
     code, output = _run("add", "hf://acme/helper", "--provider", "cpu")
     assert code == 0, output
     assert f"hf://acme/helper@{commit}: a qwen3 causal-lm, as user-hf-acme-helper-" in output

@@ -102,18 +102,8 @@ UNUSABLE = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty Hugging Face cache with HF_HUB_OFFLINE set."""
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
 def test_sources_this_machine_cannot_use_are_problems_at_their_lines(
-    tmp_path: Path, nrt_home: Path, offline_hub: Path
+    tmp_path: Path, nrt_home: Path, hf_cache: Path
 ) -> None:
     missing = tmp_path / "no-such-export"
     path = write(tmp_path, UNUSABLE.replace("MISSING", str(missing)))
@@ -123,7 +113,7 @@ def test_sources_this_machine_cannot_use_are_problems_at_their_lines(
     assert len(problems) == 3, result.output
     assert problems[0].startswith(
         f"{path}:7: models.specialists[0].source: source hf://neurometric/billing-phi3: not in the Hugging Face "
-        f"cache ({offline_hub}) and HF_HUB_OFFLINE is set"
+        f"cache ({hf_cache}) and HF_HUB_OFFLINE is set"
     )
     assert problems[1:] == [
         f"{path}:9: models.specialists[1].source: source '{missing}' is neither an ONNX export directory "
@@ -140,7 +130,7 @@ def test_sources_this_machine_cannot_use_are_problems_at_their_lines(
 
 
 def test_an_hf_source_the_hub_can_still_give_is_listed_to_fetch_not_a_problem(
-    tmp_path: Path, nrt_home: Path, offline_hub: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, nrt_home: Path, hf_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the Hub may be reachable: nothing is downloaded here
     path = write(tmp_path, UNUSABLE.replace("MISSING", str(tmp_path / "nope")))
@@ -156,9 +146,7 @@ def test_an_hf_source_the_hub_can_still_give_is_listed_to_fetch_not_a_problem(
     ]
 
 
-def test_unusable_sources_name_each_model_s_key_path_and_line(
-    tmp_path: Path, nrt_home: Path, offline_hub: Path
-) -> None:
+def test_unusable_sources_name_each_model_s_key_path_and_line(tmp_path: Path, nrt_home: Path, hf_cache: Path) -> None:
     manifest = parse_manifest(UNUSABLE.replace("MISSING", str(tmp_path / "nope")))
     assert [(p.path, p.line) for p in unusable_sources(manifest)] == [
         ("models.specialists[0].source", 7),

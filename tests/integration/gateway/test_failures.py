@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from huggingface_hub import constants
 
 from api_gateway.settings import GatewaySettings
 from harness import Stack, control, start_stack
@@ -194,11 +193,9 @@ UNUSABLE_BILLING = (
 
 
 async def test_a_model_whose_source_cannot_be_resolved_is_named_by_readyz_and_in_the_cluster_state(
-    nats_url: str, nrt_home: Path, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    nats_url: str, nrt_home: Path, database_url: str, hf_cache: Path
 ) -> None:
-    # nothing is fetched (the worker runs in this process): the source is unusable on this machine
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    # nothing is fetched (hf_cache: empty, offline; the worker runs in this process): unusable here
     async with (
         start_stack(
             nats_url, "tiny-support.yaml", database_url=database_url, edit=UNUSABLE_BILLING, partial=True

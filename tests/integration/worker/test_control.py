@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huggingface_hub import constants
 
 from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.core.events import SessionKvEvicted, TierChanged
@@ -155,13 +154,8 @@ def test_a_failed_loads_reason_names_the_error_and_is_bounded() -> None:
     assert long.endswith("...")
 
 
-async def test_a_load_records_exactly_which_weights_it_loaded(
-    jobs: Jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cache = tmp_path / "hf-cache"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    commit = put_in_cache(cache, "acme/billing", save_checkpoint(tmp_path / "ckpt", "llama"))
+async def test_a_load_records_exactly_which_weights_it_loaded(jobs: Jobs, tmp_path: Path, hf_cache: Path) -> None:
+    commit = put_in_cache(hf_cache, "acme/billing", save_checkpoint(tmp_path / "ckpt", "llama"))
     await jobs.command("load", "billing", "placement", source="hf://acme/billing", tier="resident")
     standby, resident = jobs.shell.of(TierChanged)
     assert standby.weights is not None

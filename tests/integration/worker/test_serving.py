@@ -9,7 +9,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from huggingface_hub import constants
 
 from nrt.adapters.bus.errors import BadRequest, RemoteError, Unavailable
 from nrt.adapters.inference import BatchingGenerator, CausalLM
@@ -217,15 +216,12 @@ async def test_a_remote_model_streams_the_endpoint_answer_as_chunks(jobs: Jobs) 
 
 
 async def test_an_operators_model_is_prompted_with_its_own_chat_template(
-    jobs: Jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    jobs: Jobs, tmp_path: Path, hf_cache: Path
 ) -> None:
     import transformers
 
-    cache = tmp_path / "hf-cache"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     checkpoint = save_checkpoint(tmp_path / "ckpt", "qwen2")
-    put_in_cache(cache, "acme/support", checkpoint)
+    put_in_cache(hf_cache, "acme/support", checkpoint)
     await jobs.command("load", "support", "placement", source="hf://acme/support", tier="resident")
     conversation = [
         ChatMessage("system", "You help with billing."),

@@ -124,17 +124,21 @@ _STATE_LABELS = {"missing": "no", "stale": "[yellow]stale[/yellow]", "invalid": 
 _PROVIDER_CHOICES = (*PROVIDERS, "all")
 
 
-@models.command(name="prepare")
-@click.argument("name")
-@click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
-@click.option(
+_force_option = click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
+_providers_option = click.option(
     "--provider",
     "providers",
     multiple=True,
     type=click.Choice(_PROVIDER_CHOICES),
-    help="The variant(s) to build: cpu (the root artifact: int8 or fp32), cuda (fp16, for a GPU; it builds on "
-    "a CPU host too), or all. Repeatable. Default: cpu, plus cuda where onnxruntime offers CUDA.",
+    help="The variant(s) to build: cpu (the root artifact), cuda (fp16, for a GPU; it builds on a CPU host too), "
+    "or all. Repeatable. Default: cpu, plus cuda where onnxruntime offers CUDA.",
 )
+
+
+@models.command(name="prepare")
+@click.argument("name")
+@_force_option
+@_providers_option
 def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     """Build the artifact of catalogue model NAME (or check a local ONNX directory / source)."""
     if name not in {entry.name for entry in CATALOGUE}:
@@ -145,14 +149,8 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
 
 @models.command(name="add")
 @click.argument("source")
-@click.option("--force", is_flag=True, help="Rebuild even when a verified artifact is cached.")
-@click.option(
-    "--provider",
-    "providers",
-    multiple=True,
-    type=click.Choice(_PROVIDER_CHOICES),
-    help="The variant(s) to build: cpu, cuda (fp16), or all. Default: cpu, plus cuda where onnxruntime offers CUDA.",
-)
+@_force_option
+@_providers_option
 @click.option(
     "--quantization",
     type=click.Choice([w.value for w in WeightFormat]),
