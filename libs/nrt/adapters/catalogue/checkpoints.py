@@ -205,7 +205,10 @@ def read_checkpoint(directory: Path, provenance: str, fmt: CpuFormat = "int8") -
 def artifact_name(provenance: str) -> str:
     """A catalogue-style name (lowercase letters, digits, dashes) unique to ``provenance``: a readable
     slug of it and a hash of the whole, so two sources never share an artifact."""
-    readable = _SLUG.sub("-", provenance.split("@")[0].split("#")[0].lower()).strip("-")[-48:].strip("-")
+    base = provenance.split("@")[0].split("#")[0]
+    if base.startswith("local:"):  # a directory: its own name, not the whole path
+        base = "local-" + Path(base.removeprefix("local:")).name
+    readable = _SLUG.sub("-", base.lower()).strip("-")[:48].strip("-")
     digest = hashlib.sha256(provenance.encode()).hexdigest()[:12]
     return f"{USER_PREFIX}{readable}-{digest}"
 
