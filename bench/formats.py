@@ -71,7 +71,7 @@ def perplexity(directory: Path, ids: list[int]) -> float:
     return math.exp(float(nll))
 
 
-def main(n: int, rounds: int) -> None:
+def main(n: int, rounds: int, peer_wanted: bool = True) -> None:
     root = settings.nrt_home() / "bench"
     root.mkdir(parents=True, exist_ok=True)
     checkpoint = gemma_checkpoint(root)
@@ -81,7 +81,7 @@ def main(n: int, rounds: int) -> None:
         directories[fmt] = prepare(entry.name, entry=entry, providers=(ROOT_PROVIDER,)).directory
     bare = {fmt: Bare(path, spin=False) for fmt, path in directories.items()}
     ids = CausalLM.load(directories["int8"]).encode(DOCUMENT)
-    peer = LlamaCppPeer(gemma_gguf()) if llama_cpp_available() is None else None
+    peer = LlamaCppPeer(gemma_gguf()) if peer_wanted and llama_cpp_available() is None else None
     best: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):
         for fmt, loop in bare.items():
@@ -98,7 +98,7 @@ def main(n: int, rounds: int) -> None:
         report("llama.cpp (its Q4_K_M GGUF): decode", llama[1], "tokens/s", precision=1)
         report("llama.cpp (its Q4_K_M GGUF): time to first token", llama[0], "ms", precision=1)
     else:
-        print(f"llama.cpp: not run ({llama_cpp_available()})")
+        print(f"llama.cpp: not run ({llama_cpp_available() or '--no-llama-cpp'})")
     for fmt, path in directories.items():
         label = LABEL[fmt]
         ttft, decode = best[fmt]
@@ -135,5 +135,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-llama-cpp", action="store_true", help="leave the llama.cpp peer out")
     arguments = parser.parse_args()
-    main(arguments.tokens, arguments.rounds)
+    main(arguments.tokens, arguments.rounds, peer_wanted=not arguments.no_llama_cpp)
