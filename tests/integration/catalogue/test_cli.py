@@ -86,6 +86,11 @@ def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
     assert "Operators' models" in listed
     assert "user-hf-acme" in listed
     assert "int8-dynamic" in listed
+    code, described = _run("info", name, "--speed")
+    assert code == 0, described
+    assert "decode here" in described
+    assert re.search(r"\d+\.\d tokens/s", described)  # measured on this host, per built variant
+    assert f'"source": "hf://acme/helper@{commit}"' in described  # the root variant's record
     code, removed = _run("rm", name)
     assert code == 0, removed
     assert not (nrt_home / "models" / name).exists()

@@ -123,3 +123,14 @@ def greedy(
 def _require_causal(record: ArtifactRecord) -> None:
     if record.kind != "causal-lm":
         raise ValueError(f"{record.name} is a {record.kind} model, not a causal LM")
+
+
+def decode_speed(directory: Path, record: ArtifactRecord, tokens: int = 32, runs: int = 2) -> float:
+    """This host's greedy decode speed of the artifact in ``directory`` (tokens/s, the best of ``runs``),
+    after a short prompt, on the provider its record names when this host offers it, else the CPU."""
+    _require_causal(record)
+    session = open_session(directory, record)
+    prompt = [record.bos_token_id if record.bos_token_id is not None else 1, 2, 3, 4]
+    return max(
+        greedy(session, record, prompt, tokens + 1, stop_at_eos=False).decode_tokens_per_second for _ in range(runs)
+    )

@@ -38,9 +38,11 @@ from nrt.adapters.catalogue import (
     resolve_source,
     status,
     statuses,
+    variant_path,
 )
 from nrt.adapters.catalogue.checkpoints import (
     Checkpoint,
+    UserModel,
     checkpoint_entry,
     cpu_format,
     hub_checkpoint,
@@ -50,6 +52,7 @@ from nrt.adapters.catalogue.checkpoints import (
     user_models,
 )
 from nrt.adapters.catalogue.entry import CatalogueEntry
+from nrt.adapters.catalogue.greedy import decode_speed
 from nrt.adapters.catalogue.hub import checkout
 from nrt.adapters.catalogue.record import encode_record
 from nrt.adapters.catalogue.sources import HfSource
@@ -254,9 +257,20 @@ def _variant_label(name: str, provider: Provider) -> str:
     show_default=True,
     help="Whose variant's record to print.",
 )
-def info(name: str, as_json: bool, provider: str) -> None:
-    """Show a model's variants (provider, quantization, size, path, whether built) and the record
-    (nrt-artifact.json) of one of them; or the record of a local ONNX directory."""
+@click.option("--speed", is_flag=True, help="Measure each built decoder variant's greedy decode speed on this host.")
+def info(name: str, as_json: bool, provider: str, speed: bool) -> None:
+    """Show a model's variants (provider, quantization, size, path, whether built; with --speed, the
+    decode speed measured here) and the record (nrt-artifact.json) of one of them; or the record of a
+    local ONNX directory. NAME is a catalogue model or an operator's (as `nrt models list` shows it)."""
+    own = {model.name: model for model in user_models()}
+    if name in own:
+        _print_user_variants(own[name], speed)
+        if own[name].variants:
+            root = own[name].variants[0]
+            _print_record(
+                PreparedArtifact(directory=variant_path(own[name].directory, root.provider), record=root), False
+            )
+        return
     if name not in {entry.name for entry in CATALOGUE}:
         artifact = _local_artifact(name)
         _print_record(artifact, as_json)
@@ -266,7 +280,7 @@ def info(name: str, as_json: bool, provider: str) -> None:
     if entry.variant(chosen) is None:
         _fail(f"{name} has no {chosen} variant: its {entry.root.provider} artifact serves {chosen} as it is", 1)
     if not as_json:
-        _print_variants(name)
+        _print_variants(name, speed)
     current = status(name, provider=chosen)
     if current.state != "ready" or current.record is None:
         flag = "" if chosen == ROOT_PROVIDER else f" --provider {chosen}"
@@ -280,10 +294,8 @@ def info(name: str, as_json: bool, provider: str) -> None:
     _print_record(PreparedArtifact(directory=current.directory, record=current.record), as_json)
 
 
-def _print_variants(name: str) -> None:
-    table = Table(title=f"{name}: variants")
-    for column in ("provider", "quantization", "built", "size", "path"):
-        table.add_column(column, overflow="fold")
+def _print_variants(name: str, speed: bool) -> None:
+    table = _variants_table(name, speed)
     entry = get_entry(name)
     for variant, current in zip(entry.variants, statuses(name), strict=True):
         if current.state == "ready" and current.record is not None:
@@ -291,8 +303,50 @@ def _print_variants(name: str) -> None:
         else:
             built = _STATE_LABELS.get(current.state, current.state)
             size = f"~{_size(variant.approx_bytes)}"
-        table.add_row(variant.provider, variant.quantization, built, size, str(current.directory))
+        measured = _speed(current.directory, current.record) if speed and current.state == "ready" else None
+        table.add_row(
+            variant.provider, variant.quantization, built, size, *_speed_cell(speed, measured), str(current.directory)
+        )
     _out.print(table)
+
+
+def _print_user_variants(model: UserModel, speed: bool) -> None:
+    table = _variants_table(f"{model.name} ({model.source})", speed)
+    for record in model.variants:
+        directory = variant_path(model.directory, record.provider)
+        measured = _speed(directory, record) if speed else None
+        table.add_row(
+            record.provider,
+            record.quantization or "?",
+            "[green]yes[/green]",
+            _size(record.total_bytes),
+            *_speed_cell(speed, measured),
+            str(directory),
+        )
+    _out.print(table)
+
+
+def _variants_table(title: str, speed: bool) -> Table:
+    table = Table(title=f"{title}: variants")
+    for column in ("provider", "quantization", "built", "size"):
+        table.add_column(column, overflow="fold")
+    if speed:
+        table.add_column("decode here", no_wrap=True)
+    table.add_column("path", overflow="fold")
+    return table
+
+
+def _speed(directory: Path, record: ArtifactRecord | None) -> float | None:
+    """The greedy decode speed of a built decoder variant on this host; None for an encoder."""
+    if record is None or record.kind != "causal-lm":
+        return None
+    return decode_speed(directory, record)
+
+
+def _speed_cell(speed: bool, measured: float | None) -> tuple[str, ...]:
+    if not speed:
+        return ()
+    return ("-" if measured is None else f"{measured:.1f} tokens/s",)
 
 
 def _prepare_source(text: str) -> None:
