@@ -40,7 +40,7 @@ CUDA_RECIPE = f"{RECIPE}+fp16/1"
 CpuFormat = Literal["int4", "int8", "none"]
 CPU_FORMATS: dict[CpuFormat, tuple[Quantization, str]] = {
     "int8": ("int8-dynamic", f"{RECIPE}+int8/1"),
-    "int4": ("int4", f"{RECIPE}+int4/1"),
+    "int4": ("int4", f"{RECIPE}+int4/2"),  # 2: integer zero points, fitted; v, o, down at 8 bits
     "none": ("fp32", f"{RECIPE}+fp32/1"),
 }
 
