@@ -207,3 +207,24 @@ def test_the_manifest_chooses_the_weight_format_each_prepared_apart_and_checked(
 def test_a_weight_format_for_a_source_served_as_built_is_an_error(hub: Path) -> None:
     with pytest.raises(SourceError, match="'quantization: int4' applies to an operator's checkpoint"):
         locate("catalogue://tiny-llama", "cpu", weights=WeightFormat.INT4)
+
+
+def test_a_model_saved_with_external_data_is_prepared_counted_and_served(
+    hub: Path, checkpoints: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nrt.adapters.catalogue.builders import export
+
+    monkeypatch.setattr(export, "EXTERNAL_DATA_ABOVE", 0)  # as a model over 2 GB is saved: weights in a data file
+    put_in_cache(hub, "acme/big", checkpoints["llama"])
+    spec = ModelSpec(id="m", role=Role.SPECIALIST, source="hf://acme/big", quantization=WeightFormat.NONE)
+    served = resolve("hf://acme/big", spec, provider="cpu")
+    assert isinstance(served, LocalArtifact)
+    directory = Path(served.path)
+    record = load_record(directory)
+    assert "model.onnx_data" in [entry.path for entry in record.files]
+    assert record.total_bytes > (directory / "model.onnx_data").stat().st_size  # the budget counts it
+    expected = torch_output(checkpoints["llama"], "llama", PROMPT_IDS)
+    got = variant_output(directory, record, PROMPT_IDS)
+    assert float(np.abs(got - expected).max()) / (1.0 + float(np.abs(expected).max())) <= TOLERANCE["fp32"]
+    model = CausalLM(build_session(load_weights(directory), ["CPUExecutionProvider"]), directory)
+    assert len(bare_greedy(model.session, model.encode("hello"), 3)) == 3

@@ -256,6 +256,7 @@ def checkpoint_entry(checkpoint: Checkpoint) -> CatalogueEntry:
 
 def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord, ...]:
     from nrt.adapters.catalogue.builders.export import (
+        copy_model,
         export_causal_lm,
         export_feature_extraction,
         offline,
@@ -304,7 +305,7 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
                 report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
                 detail = report.scheme
             else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
-                shutil.copyfile(export / MODEL_FILE, target / MODEL_FILE)
+                copy_model(export, target)
                 detail = "fp32: the checkpoint's weights, unquantised"
             if checkpoint.kind == "causal-lm":
                 add_logits_to_keep(target / MODEL_FILE)

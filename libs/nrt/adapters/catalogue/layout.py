@@ -1,7 +1,7 @@
 """Where artifacts live on disk, and how they get there atomically.
 
-An artifact is one directory, ``models_dir()/<name>``, holding ``model.onnx`` (one
-self-contained file), ``tokenizer.json``, ``config.json`` and ``nrt-artifact.json``: the
+An artifact is one directory, ``models_dir()/<name>``, holding ``model.onnx`` (its weights in
+``model.onnx_data`` beside it when over 2 GB), ``tokenizer.json``, ``config.json`` and ``nrt-artifact.json``: the
 root (``cpu``) variant. Variants for other providers are complete artifacts in
 subdirectories named after the provider (``cuda/``, see :mod:`nrt.adapters.catalogue.variants`),
 installed with the root or on their own. A build happens in a staging directory beside it and is renamed into place only when

@@ -1,6 +1,6 @@
 """Describe a local ONNX export directory (optimum layout) as an artifact.
 
-Expected: ``model.onnx`` (one self-contained file), ``tokenizer.json`` and, for a causal LM,
+Expected: ``model.onnx`` (with ``model.onnx_data`` when its weights exceed 2 GB), ``tokenizer.json`` and, for a causal LM,
 ``config.json`` (context length and special token ids; ``generation_config.json`` wins for
 the end-of-sequence ids when present). The kind follows from the graph: past key/value
 inputs make a causal LM, a ``last_hidden_state`` output an encoder.
@@ -53,12 +53,6 @@ def _describe(directory: Path) -> ArtifactRecord:
         raise ArtifactError(
             f"{directory} has no {MODEL_FILE}{found}: export it with optimum-onnx "
             f"(optimum-cli export onnx --task text-generation-with-past|feature-extraction)"
-        )
-    external = sorted(path.name for path in directory.iterdir() if path.name.endswith((".onnx_data", ".onnx.data")))
-    if external:
-        raise ArtifactError(
-            f"{directory}: {MODEL_FILE} keeps its weights in external data ({', '.join(external)}); "
-            f"NRT needs one self-contained file (models under 2 GB): re-export or re-save it without external data"
         )
     if not (directory / TOKENIZER_FILE).is_file():
         raise ArtifactError(f"{directory} has no {TOKENIZER_FILE} (a tokenizers-library tokenizer)")

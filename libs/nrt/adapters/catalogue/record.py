@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE
+from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, RECORD_FILE, TOKENIZER_FILE, external_data_files
 
 FORMAT_VERSION = 1
 
@@ -58,7 +58,7 @@ class ArtifactRecord(msgspec.Struct, frozen=True, kw_only=True):
     recipe: str  # the conversion recipe and its version, e.g. "gemma3-270m/1"
     provider: Provider = "cpu"  # the execution provider this graph is built for (records before variants: cpu)
     created_at: datetime = msgspec.field(default_factory=lambda: datetime.now(UTC))
-    model: str = MODEL_FILE  # the ONNX graph, one self-contained file
+    model: str = MODEL_FILE  # the ONNX graph (its weights in model.onnx_data beside it when over 2 GB)
     tokenizer: str = TOKENIZER_FILE  # a tokenizers-library tokenizer.json
     config: str | None = CONFIG_FILE  # the transformers config.json, for reference
     files: tuple[FileEntry, ...] = ()
@@ -149,10 +149,12 @@ def describe_files(directory: Path, names: tuple[str, ...]) -> tuple[FileEntry, 
 def with_files(record: ArtifactRecord, directory: Path, names: tuple[str, ...] | None = None) -> ArtifactRecord:
     """The record with ``files`` / ``total_bytes`` filled in from ``directory`` and a fresh ``created_at``.
 
-    ``names`` defaults to the record's model, tokenizer and config files.
+    ``names`` defaults to the record's model (with its external data file, when it has one), tokenizer
+    and config files: the bytes a budget counts.
     """
     if names is None:
-        names = tuple(name for name in (record.model, record.tokenizer, record.config) if name is not None)
+        external = external_data_files(directory) if record.model == MODEL_FILE else ()
+        names = tuple(name for name in (record.model, *external, record.tokenizer, record.config) if name is not None)
     files = describe_files(directory, names)
     return msgspec.structs.replace(
         record, files=files, total_bytes=sum(entry.bytes for entry in files), created_at=datetime.now(UTC)

@@ -1,6 +1,6 @@
 """Read what the engine needs to know about a model artifact directory.
 
-An artifact directory holds ``model.onnx`` (one self-contained file), ``tokenizer.json``,
+An artifact directory holds ``model.onnx`` (with ``model.onnx_data`` beside it when its weights exceed 2 GB), ``tokenizer.json``,
 ``config.json`` and, when prepared by the catalogue, ``nrt-artifact.json``. Dimensions are
 read from the ONNX graph first (the ground truth), then ``nrt-artifact.json``, then
 ``config.json``: the runtime never needs torch or transformers.
@@ -133,6 +133,16 @@ def read_hf_config(model_dir: Path) -> HFConfig:
 class _NestedConfig(msgspec.Struct, frozen=True):
     num_hidden_layers: int | None = None
     text_config: HFConfig | None = None
+
+
+# where ``model.onnx`` keeps its weights when they exceed protobuf's 2 GB (ONNX external data), as
+# optimum and onnx write them
+EXTERNAL_DATA_FILES = ("model.onnx_data", "model.onnx.data")
+
+
+def external_data_files(model_dir: Path) -> tuple[str, ...]:
+    """The external data files beside ``model.onnx`` in ``model_dir`` (none for a self-contained model)."""
+    return tuple(name for name in EXTERNAL_DATA_FILES if (model_dir / name).is_file())
 
 
 def require_file(model_dir: Path, name: str) -> Path:

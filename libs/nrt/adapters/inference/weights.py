@@ -9,8 +9,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from nrt.adapters.inference.artifact import MODEL_FILE, require_file
-from nrt.adapters.inference.errors import ArtifactError
+from nrt.adapters.inference.artifact import MODEL_FILE, external_data_files, require_file
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -18,30 +17,28 @@ CPU = "CPUExecutionProvider"
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Weights:
-    """The standby tier: one artifact's ``model.onnx`` bytes held in RAM, no session."""
+    """The standby tier: one artifact's ``model.onnx`` bytes held in RAM, no session; with the
+    contents of its external data file when its weights exceed protobuf's 2 GB."""
 
     artifact_dir: Path
     data: bytes = field(repr=False)
     load_ms: float
+    external: dict[str, bytes] = field(default_factory=dict, repr=False)  # external data file name -> contents
 
     @property
     def nbytes(self) -> int:
-        return len(self.data)
+        return len(self.data) + sum(len(contents) for contents in self.external.values())
 
 
 def load_weights(artifact_dir: Path | str) -> Weights:
-    """Read ``model.onnx`` into memory (standby). The file must be self-contained."""
+    """Read ``model.onnx`` and its external data file, when it has one, into memory (standby): a
+    session is then built from RAM alone (:func:`build_session`), without reading the disk again."""
     directory = Path(artifact_dir).resolve()
     path = require_file(directory, MODEL_FILE)
-    for external in ("model.onnx_data", "model.onnx.data"):
-        if (directory / external).exists():
-            raise ArtifactError(
-                f"{directory} stores weights in an external data file ({external}); the engine "
-                "builds sessions from bytes and needs one self-contained model.onnx"
-            )
     started = time.perf_counter()
     data = path.read_bytes()
-    return Weights(artifact_dir=directory, data=data, load_ms=(time.perf_counter() - started) * 1e3)
+    external = {name: (directory / name).read_bytes() for name in external_data_files(directory)}
+    return Weights(artifact_dir=directory, data=data, load_ms=(time.perf_counter() - started) * 1e3, external=external)
 
 
 def select_providers(available: Sequence[str] | None = None) -> list[str]:
@@ -80,9 +77,12 @@ def build_session(
     CPU when CUDA is offered but no GPU is usable: :func:`active_provider` tells which one won.
     """
     chosen = list(providers) if providers is not None else select_providers()
-    return ort.InferenceSession(
-        weights.data, sess_options=session_options(intra_op_threads, spin=spin), providers=chosen
-    )
+    options = session_options(intra_op_threads, spin=spin)
+    if weights.external:  # the external data file's contents, from RAM (ONNX Runtime copies what it needs)
+        names = list(weights.external)
+        contents = [weights.external[name] for name in names]
+        options.add_external_initializers_from_files_in_memory(names, contents, [len(c) for c in contents])
+    return ort.InferenceSession(weights.data, sess_options=options, providers=chosen)
 
 
 def active_provider(session: ort.InferenceSession) -> str:

@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE
+from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, external_data_files
 from nrt.adapters.inference.errors import ArtifactError
 
 _NOISY_LOGGERS = ("transformers", "optimum", "onnxruntime", "torch")
+EXTERNAL_DATA_ABOVE = 1_800_000_000  # bytes of a model saved as one file; above, its weights go to a data file
 
 
 def untyped(module: str) -> Any:
@@ -87,7 +88,7 @@ def export_causal_lm(model: Any, work: Path, *, add_position_ids: bool = False) 
             custom_onnx_configs=custom,
             do_validation=False,
         )
-    require_single_file(output)
+    require_model_file(output)
     return output
 
 
@@ -99,22 +100,38 @@ def export_feature_extraction(model: Any, work: Path) -> Path:
     output = work / "export"
     with quiet():
         onnx_export_from_model(model, output, task="feature-extraction", do_validation=False)
-    require_single_file(output)
+    require_model_file(output)
     return output
 
 
-def require_single_file(directory: Path) -> None:
-    """The runtime loads ``model.onnx`` from bytes: external data files are not allowed."""
+def require_model_file(directory: Path) -> None:
+    """The export wrote ``model.onnx`` (with ``model.onnx_data`` beside it for weights over 2 GB)."""
     model = directory / MODEL_FILE
     if not model.is_file():
         raise ArtifactError(f"the export produced no {MODEL_FILE} in {directory}")
-    external = sorted(p.name for p in directory.iterdir() if p.name.endswith((".onnx_data", ".onnx.data", ".data")))
-    if external:
-        raise ArtifactError(f"the export wrote external data files ({', '.join(external)}); the model must be one file")
+
+
+def save_model(model: Any, path: Path) -> None:
+    """Save an ONNX model as ``path``: one file, or with its weights in ``<name>_data`` beside it when
+    they exceed what one protobuf file holds (2 GB); a stale data file of an earlier save goes."""
+    onnx = untyped("onnx")
+    data = path.with_name(path.name + "_data")
+    data.unlink(missing_ok=True)
+    if model.ByteSize() < EXTERNAL_DATA_ABOVE:
+        onnx.save(model, str(path))
+        return
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name)
+
+
+def copy_model(source: Path, target: Path) -> None:
+    """Copy ``model.onnx`` and its external data file, when it has one."""
+    shutil.copyfile(source / MODEL_FILE, target / MODEL_FILE)
+    for name in external_data_files(source):
+        shutil.copyfile(source / name, target / name)
 
 
 def move_export(export: Path, staging: Path, *, include_model: bool = True) -> None:
-    """Move the exported ``model.onnx`` (optionally) and ``config.json`` into the artifact."""
-    names = (MODEL_FILE, CONFIG_FILE) if include_model else (CONFIG_FILE,)
+    """Move the exported ``model.onnx`` (optionally, with its external data) and ``config.json`` into the artifact."""
+    names = (MODEL_FILE, *external_data_files(export), CONFIG_FILE) if include_model else (CONFIG_FILE,)
     for name in names:
         shutil.move(export / name, staging / name)

@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from nrt.adapters.catalogue.builders.export import untyped
+from nrt.adapters.catalogue.builders.export import save_model, untyped
 from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
 from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.adapters.inference.errors import ArtifactError
@@ -48,7 +48,7 @@ class Fp16Report(msgspec.Struct, frozen=True):
 
 
 def convert_fp16(source: Path, target: Path, *, min_elements: int = 1024) -> Fp16Report:
-    """Write ``source``'s graph with float16 weight matrices to ``target`` (one self-contained file);
+    """Write ``source``'s graph with float16 weight matrices to ``target`` (one file, or with a data file over 2 GB);
     weights under ``min_elements`` values stay float32."""
     onnx = untyped("onnx")
     numpy_helper = untyped("onnx.numpy_helper")
@@ -105,7 +105,7 @@ def convert_fp16(source: Path, target: Path, *, min_elements: int = 1024) -> Fp1
     graph.initializer.extend(kept + added)
     del graph.node[:]
     graph.node.extend(nodes)
-    onnx.save(model, str(target))
+    save_model(model, target)
     return Fp16Report(matmuls=matmuls, gathers=gathers)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from nrt.adapters.catalogue.builders.export import untyped
+from nrt.adapters.catalogue.builders.export import save_model, untyped
 from nrt.adapters.inference.artifact import LOGITS_TO_KEEP
 from nrt.adapters.inference.errors import ArtifactError
 
@@ -29,7 +29,7 @@ _ELEMENTWISE = ("Div", "Mul", "Tanh", "Add", "Sub", "Cast")
 
 
 def add_logits_to_keep(path: Path) -> None:
-    """Rewrite ``path`` (a self-contained ``model.onnx``) in place; a graph that has the input already is left as is."""
+    """Rewrite ``path`` (``model.onnx``, its external data read too) in place; a graph that has the input already is left as is."""
     onnx = untyped("onnx")
     model = onnx.load(str(path))
     graph = model.graph
@@ -58,7 +58,7 @@ def add_logits_to_keep(path: Path) -> None:
     index = list(graph.node).index(head)
     for offset, node in enumerate(nodes):
         graph.node.insert(index + offset, node)
-    onnx.save(model, str(path))
+    save_model(model, path)
 
 
 def _lm_head(graph: Any) -> Any:

@@ -36,7 +36,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from nrt.adapters.catalogue.builders.export import untyped
+from nrt.adapters.catalogue.builders.export import save_model, untyped
 
 Bits = Literal[4, 8]
 BLOCK_SIZE = 32
@@ -70,7 +70,7 @@ class QuantizeReport(msgspec.Struct, frozen=True):
 
 
 def quantize_blockwise(source: Path, target: Path, *, bits: Bits = 8, min_elements: int = 4096) -> QuantizeReport:
-    """Rewrite ``source`` into ``target`` (one self-contained file) with ``bits``-bit weight matrices;
+    """Rewrite ``source`` into ``target`` (one file, or with a data file over 2 GB) with ``bits``-bit weight matrices;
     small weights stay fp32."""
     onnx = untyped("onnx")
     model = onnx.load(str(source))
@@ -117,7 +117,7 @@ def quantize_blockwise(source: Path, target: Path, *, bits: Bits = 8, min_elemen
     graph.node.extend(nodes)
     if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
-    onnx.save(model, str(target))
+    save_model(model, target)
     return QuantizeReport(bits=bits, matmuls=matmuls, gathers=gathers, skipped=tuple(skipped))
 
 
