@@ -228,3 +228,20 @@ def test_a_model_saved_with_external_data_is_prepared_counted_and_served(
     assert float(np.abs(got - expected).max()) / (1.0 + float(np.abs(expected).max())) <= TOLERANCE["fp32"]
     model = CausalLM(build_session(load_weights(directory), ["CPUExecutionProvider"]), directory)
     assert len(bare_greedy(model.session, model.encode("hello"), 3)) == 3
+
+
+def test_a_model_protobuf_cannot_measure_keeps_its_weights_in_a_data_file() -> None:
+    from google.protobuf.message import EncodeError
+
+    from nrt.adapters.catalogue.builders.export import needs_external_data
+
+    class OverTwoGigabytes:  # what protobuf does with a model past 2 GB (a real 2.4 GB Llama did this)
+        def ByteSize(self) -> int:
+            raise EncodeError("Failed to serialize proto")
+
+    class Small:
+        def ByteSize(self) -> int:
+            return 1000
+
+    assert needs_external_data(OverTwoGigabytes())
+    assert not needs_external_data(Small())

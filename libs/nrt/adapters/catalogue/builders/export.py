@@ -117,10 +117,19 @@ def save_model(model: Any, path: Path) -> None:
     onnx = untyped("onnx")
     data = path.with_name(path.name + "_data")
     data.unlink(missing_ok=True)
-    if model.ByteSize() < EXTERNAL_DATA_ABOVE:
+    if not needs_external_data(model):
         onnx.save(model, str(path))
         return
     onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name)
+
+
+def needs_external_data(model: Any) -> bool:
+    """Whether ``model`` must keep its weights in a data file: over :data:`EXTERNAL_DATA_ABOVE`, or so big
+    that protobuf cannot even measure it (over 2 GB)."""
+    try:
+        return bool(model.ByteSize() >= EXTERNAL_DATA_ABOVE)
+    except Exception:  # google.protobuf.message.EncodeError: past what one message can hold
+        return True
 
 
 def copy_model(source: Path, target: Path) -> None:
