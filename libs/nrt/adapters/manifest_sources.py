@@ -60,18 +60,7 @@ def _checkpoint_footprint(source: str) -> int | None:
 
 def pending_sources(manifest: Manifest) -> list[str]:
     """One line per model a worker here must fetch from the Hub or prepare before it serves it."""
-    from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
-
-    provider = host_provider()
-    lines = []
-    for spec in manifest.models:
-        try:
-            locate(spec.source, provider, weights=spec.quantization)
-        except NotPrepared as exc:
-            lines.append(f"{spec.id}: {exc}")
-        except SourceError:
-            continue  # a problem: unusable_sources reports it
-    return lines
+    return check_sources(manifest)[1]
 
 
 def source_warnings(manifest: Manifest) -> list[str]:
@@ -96,17 +85,24 @@ def unusable_sources(manifest: Manifest) -> list[Problem]:
     prepares catalogue models, a worker fetches and prepares a checkpoint (:func:`pending_sources`
     lists them). Resolved as a worker resolves it (:func:`nrt.adapters.catalogue.locate`), without
     downloading or reading weights."""
+    return check_sources(manifest)[0]
+
+
+def check_sources(manifest: Manifest) -> tuple[list[Problem], list[str]]:
+    """One resolution of every model's source: the problems of :func:`unusable_sources` and the lines
+    of :func:`pending_sources` (``nrt manifest check`` shows both)."""
     from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
 
     provider = host_provider()
     lines = parse_yaml(manifest.text)
-    problems = []
+    problems: list[Problem] = []
+    pending: list[str] = []
     for spec, path in zip(manifest.models, model_key_paths(manifest.models), strict=True):
         try:
             locate(spec.source, provider, weights=spec.quantization)
-        except NotPrepared:
-            continue
+        except NotPrepared as exc:
+            pending.append(f"{spec.id}: {exc}")
         except SourceError as exc:
             key = (*path, "source")
             problems.append(Problem(render_path(key), str(exc), lines.line(key)))
-    return problems
+    return problems, pending

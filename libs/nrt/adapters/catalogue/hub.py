@@ -31,6 +31,10 @@ CHECKPOINT_FILES = (
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
+class NotCached(SourceError):
+    """The Hugging Face cache does not hold the source (or its revision), and the Hub was not asked."""
+
+
 @dataclass(frozen=True)
 class Checkout:
     """A checkpoint in the Hugging Face cache: its directory and the commit it is at."""
@@ -74,7 +78,7 @@ def checkout(source: HfSource, *, offline: bool | None = None) -> Checkout:
     except errors.RevisionNotFoundError:
         raise SourceError(f"source {source}: the repository has no revision {source.revision!r}") from None
     except errors.LocalEntryNotFoundError:
-        raise SourceError(_not_cached(source, offline)) from None
+        raise NotCached(_not_cached(source, offline)) from None
     except (errors.HfHubHTTPError, OSError) as exc:
         raise SourceError(f"source {source}: the Hub could not be reached ({_first_line(exc)})") from None
     commit = path.name
@@ -90,14 +94,10 @@ def checkout(source: HfSource, *, offline: bool | None = None) -> Checkout:
 def cached(source: HfSource) -> Checkout | None:
     """The checkpoint when the Hugging Face cache holds ``source`` already; None when it would have to be
     downloaded (no network is used). A ``SourceError`` when it is unusable even so."""
-    from huggingface_hub import errors
-
     try:
         return checkout(source, offline=True)
-    except SourceError as exc:
-        if isinstance(exc.__context__, errors.LocalEntryNotFoundError) or "not in the Hugging Face cache" in str(exc):
-            return None
-        raise
+    except NotCached:
+        return None
 
 
 def offline_mode() -> bool:

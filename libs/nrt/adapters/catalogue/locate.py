@@ -126,9 +126,9 @@ def locate(
             raise NotPrepared(resolved.name)
         return LocatedArtifact(prepared.directory.resolve(), PreparedModel(resolved.name, prepared))
     path = Path(resolved.path).expanduser()
+    if _is_checkpoint_dir(resolved):
+        return _prepared(_readable(lambda: local_checkpoint(path, fmt)), provider, exact)
     if not (path / MODEL_FILE).is_file():
-        if path.is_dir() and is_checkpoint(path):
-            return _prepared(_readable(lambda: local_checkpoint(path, fmt)), provider, exact)
         raise NotAnExport(
             f"source {source!r} is neither an ONNX export directory (no {MODEL_FILE} in {path}) nor a Hugging Face "
             f"checkpoint (config.json and *.safetensors)"

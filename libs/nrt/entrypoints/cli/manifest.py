@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import click
 
-from nrt.adapters.manifest_sources import footprint_of, pending_sources, source_warnings, unusable_sources
+from nrt.adapters.manifest_sources import check_sources, footprint_of, source_warnings
 from nrt.core.manifest import ManifestError, load_manifest
 from nrt.core.manifest.summary import summarize
 from nrt.hosting.manifest_threshold import threshold_line
@@ -40,14 +40,13 @@ def check(file: Path, no_sources: bool) -> None:
         parsed = load_manifest(file, footprint_of)
     except ManifestError as exc:
         _fail(exc)
-    unusable = [] if no_sources else unusable_sources(parsed)
+    unusable, pending = ([], []) if no_sources else check_sources(parsed)
     if unusable:
         _fail(
             ManifestError(str(file), unusable),
             f"(each source resolved on this machine; {NO_SOURCES} checks a manifest meant for another)",
         )
     click.echo(summarize(parsed, footprint_of, source_warnings(parsed), threshold_line(parsed)))
-    pending = [] if no_sources else pending_sources(parsed)
     if pending:
         click.echo("\nto fetch or prepare on this machine before they serve:")
         for line in pending:
