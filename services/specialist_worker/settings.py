@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from nrt.adapters.catalogue.sources import HF_INFERENCE_URL
 from nrt.adapters.settings import HeartbeatSettings
 from nrt.core.units import parse_size
 from nrt.hosting.remote.policy import RemotePolicy
@@ -57,12 +58,20 @@ class WorkerSettings(HeartbeatSettings):
         description="connections tried to a remote-tier endpoint before the request fails with 502 (only a failed "
         "connect is retried: a request that reached the endpoint is never sent twice)",
     )
+    worker_hf_inference_url: str = Field(
+        default=HF_INFERENCE_URL,
+        pattern=r"^https?://[^/?#]+(/[^?#]*)?$",
+        description="the OpenAI-compatible API root that serves an hf://org/name model declared at tier remote "
+        "(the repository id is the model's name; its key in $HF_TOKEN unless api_key_env names another) when its "
+        "manifest entry names no base_url: Hugging Face's inference router, or a vLLM or TGI server of Hub models",
+    )
 
     def remote_policy(self) -> RemotePolicy:
         return RemotePolicy(
             connect_timeout_s=self.worker_remote_connect_timeout,
             read_timeout_s=self.worker_remote_read_timeout,
             connect_attempts=self.worker_remote_connect_attempts,
+            hf_inference_url=self.worker_hf_inference_url.rstrip("/"),
         )
 
     @field_validator("worker_ram", mode="before")

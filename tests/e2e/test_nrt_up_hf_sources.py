@@ -1,11 +1,15 @@
-"""`nrt up` on a manifest whose models are all operators' own: the spec example's router and its three
-Phi-3 specialists as ``hf://`` sources, resolved from a Hugging Face cache that holds checkpoints of
-those names (built here: the Hub is not reachable), prepared by the workers on load, and serving a
-routed, streamed answer end to end. The log records the commit of each model's weights."""
+"""`nrt up` on the NRT spec's example manifest, verbatim: its router and three Phi-3 specialists are
+``hf://`` sources, resolved from a Hugging Face cache that holds checkpoints of those names (built
+here: the Hub is not reachable), prepared by the workers on load, and serving a routed, streamed
+answer end to end. Its fallback, ``hf://anthropic/claude-haiku`` at ``tier: remote``, is served by an
+inference endpoint of Hub models: here a protocol fixture that speaks OpenAI's chat completions (the
+worker's ``NRT_WORKER_HF_INFERENCE_URL`` points at it; by default it is Hugging Face's router, with the
+key in $HF_TOKEN). The log records the commit of each model's weights."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -14,35 +18,22 @@ from openai import OpenAI
 
 from nrt.adapters.infra.pgurl import to_libpq
 from nrt.testing.hf_checkpoints import put_in_cache, save_checkpoint
+from openai_protocol_fixture import ANSWER, Seen, openai_app, serve_in_thread
+from paths import FIXTURES
+from stack_processes import Stack
 
-# the spec example's models, as hf:// sources (its Anthropic fallback is served by anthropic://, not the Hub)
-MANIFEST = """\
-cluster: customer-support-agent
-resources: {gpu_budget: 18GB, ram_budget: 32GB}
-models:
-  router:
-    source: hf://neurometric/router-1b-v2
-    tier: resident
-    priority: critical
-    max_active_sessions: 16
-    confidence_threshold: 0.0
-  specialists:
-    - {id: billing, source: hf://neurometric/billing-phi3, tier: resident, co_activation: router}
-    - {id: technical, source: hf://neurometric/tech-phi3, tier: resident, co_activation: router}
-    - {id: legal, source: hf://neurometric/legal-phi3, tier: standby, promotion_hint: on_router_classification}
-routing:
-  entry: router
-  dispatch_rule: router.output.intent -> specialists.{intent}
-"""
+SPEC = FIXTURES / "spec-customer-support.yaml"  # the spec's example, byte for byte
 REPOS = {
     "neurometric/router-1b-v2": "llama",
     "neurometric/billing-phi3": "phi3",
     "neurometric/tech-phi3": "phi3",
     "neurometric/legal-phi3": "phi3",
 }
+FALLBACK_REPO = "anthropic/claude-haiku"
+HF_TOKEN = "hf_fixture_token"
 
 
-def test_nrt_up_serves_a_manifest_of_hf_sources_from_the_hugging_face_cache(  # type: ignore[no-untyped-def]
+def test_nrt_up_serves_the_spec_manifest_from_the_hugging_face_cache(  # type: ignore[no-untyped-def]
     start_stack, tmp_path: Path
 ) -> None:
     cache = tmp_path / "hf-cache"
@@ -50,12 +41,32 @@ def test_nrt_up_serves_a_manifest_of_hf_sources_from_the_hugging_face_cache(  # 
         repo: put_in_cache(cache, repo, save_checkpoint(tmp_path / repo.replace("/", "--"), kind, seed=seed))
         for seed, (repo, kind) in enumerate(REPOS.items())
     }
-    manifest = tmp_path / "spec-hf.yaml"
-    manifest.write_text(MANIFEST)
-    offline = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "NRT_HOME": str(tmp_path / "nrt-home")}
-    stack = start_stack(manifest, extra_env=offline)
+    manifest = tmp_path / "customer-support.yaml"
+    shutil.copyfile(SPEC, manifest)
+    seen = Seen()
+    with serve_in_thread(openai_app(HF_TOKEN, (FALLBACK_REPO,), seen)) as endpoint:
+        offline = {
+            "HF_HUB_CACHE": str(cache),
+            "HF_HUB_OFFLINE": "1",
+            "NRT_HOME": str(tmp_path / "nrt-home"),
+            "NRT_WORKER_HF_INFERENCE_URL": f"{endpoint}/v1",
+            "HF_TOKEN": HF_TOKEN,
+        }
+        stack = start_stack(manifest, extra_env=offline)
+        client = OpenAI(base_url=f"{stack.url}/v1", api_key=stack.keys.api_key)
+        routed(client)
+        direct = client.chat.completions.create(
+            model="fallback", messages=[{"role": "user", "content": "anything else?"}], max_tokens=8
+        )
+    assert direct.choices[0].message.content == "".join(ANSWER)
+    assert seen.bodies, "the fallback's endpoint was not called"
+    assert {body["model"] for body in seen.bodies} == {FALLBACK_REPO}
+    assert {headers["authorization"] for headers in seen.headers} == {f"Bearer {HF_TOKEN}"}
+    assert_weights_recorded(stack, commits)
 
-    client = OpenAI(base_url=f"{stack.url}/v1", api_key=stack.keys.api_key)
+
+def routed(client: OpenAI) -> None:
+    """A request the router classifies (its random weights pick some route): a streamed answer."""
     stream = client.chat.completions.create(
         model="router",
         messages=[{"role": "user", "content": "I was charged twice this month"}],
@@ -70,8 +81,10 @@ def test_nrt_up_serves_a_manifest_of_hf_sources_from_the_hugging_face_cache(  # 
             calls.extend(choice.delta.tool_calls or [])
     assert finish in ("stop", "length")
     [call] = calls
-    assert json.loads(call.function.arguments)["target"] in ("billing", "technical", "legal")
+    assert json.loads(call.function.arguments)["target"] in ("billing", "technical", "legal", "fallback")
 
+
+def assert_weights_recorded(stack: Stack, commits: dict[str, str]) -> None:
     with psycopg.connect(to_libpq(stack.endpoints.database_url), autocommit=True) as conn:
         deadline = time.monotonic() + 30
         while True:

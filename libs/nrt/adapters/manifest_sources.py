@@ -92,6 +92,7 @@ def check_sources(manifest: Manifest) -> tuple[list[Problem], list[str]]:
     """One resolution of every model's source: the problems of :func:`unusable_sources` and the lines
     of :func:`pending_sources` (``nrt manifest check`` shows both)."""
     from nrt.adapters.catalogue import NotPrepared, SourceError, host_provider, locate
+    from nrt.core.manifest import Tier
 
     provider = host_provider()
     lines = parse_yaml(manifest.text)
@@ -99,7 +100,7 @@ def check_sources(manifest: Manifest) -> tuple[list[Problem], list[str]]:
     pending: list[str] = []
     for spec, path in zip(manifest.models, model_key_paths(manifest.models), strict=True):
         try:
-            locate(spec.source, provider, weights=spec.quantization)
+            locate(spec.source, provider, weights=spec.quantization, remote=spec.tier is Tier.REMOTE)
         except NotPrepared as exc:
             pending.append(f"{spec.id}: {exc}")
         except SourceError as exc:

@@ -20,14 +20,16 @@ from nrt.adapters.bus.errors import BadRequest, Unavailable
 from nrt.adapters.catalogue import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_KEY_ENV,
+    HF_INFERENCE_URL,
+    HF_TOKEN_ENV,
     AnthropicSource,
+    HubEndpoint,
     LocatedArtifact,
     NotAnExport,
     NotPrepared,
     PreparedModel,
     Provider,
     RecordError,
-    RemoteSource,
     SourceError,
     catalogue_names,
     default_providers,
@@ -38,9 +40,9 @@ from nrt.adapters.catalogue import (
     prepare,
 )
 from nrt.adapters.catalogue.checkpoints import checkpoint_entry
-from nrt.adapters.catalogue.locate import CheckpointNotPrepared
+from nrt.adapters.catalogue.locate import CheckpointNotPrepared, Endpoint
 from nrt.core.events import Weights
-from nrt.core.manifest import ModelSpec, WeightFormat
+from nrt.core.manifest import ModelSpec, Tier, WeightFormat
 
 log = logging.getLogger("nrt.worker")
 
@@ -72,7 +74,7 @@ class RemoteEndpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def resolve(
-    source: str, spec: ModelSpec | None = None, provider: Provider | None = None
+    source: str, spec: ModelSpec | None = None, provider: Provider | None = None, *, hub_url: str = HF_INFERENCE_URL
 ) -> LocalArtifact | RemoteEndpoint:
     """Where ``source`` lives on this worker (``spec``: its manifest entry, for a remote endpoint's
     model name, key variable and base URL); a clear error when it cannot be served here.
@@ -84,8 +86,9 @@ def resolve(
     per host (the catalogue's build lock: a second worker waits for the first one's build).
     """
     provider = provider or host_provider()
+    remote = spec is not None and spec.tier is Tier.REMOTE
     try:
-        located = _located(source, provider, spec.quantization if spec is not None else None)
+        located = _located(source, provider, spec.quantization if spec is not None else None, remote)
     except NotPrepared as exc:
         raise Unavailable(
             f"catalogue model '{exc.name}' is not prepared on this worker; run `nrt models prepare {exc.name}`",
@@ -95,8 +98,8 @@ def resolve(
         raise BadRequest(str(exc)) from None
     except SourceError as exc:
         raise BadRequest(str(exc), code="unresolvable_source") from exc
-    if isinstance(located, RemoteSource | AnthropicSource):
-        endpoint = remote_endpoint(located, spec)
+    if not isinstance(located, LocatedArtifact):
+        endpoint = remote_endpoint(located, spec, hub_url)
         endpoint.api_key()  # its key is there now, or the load fails naming the variable
         return endpoint
     if located.catalogue is not None:
@@ -104,11 +107,9 @@ def resolve(
     return LocalArtifact(str(located.directory))
 
 
-def _located(
-    source: str, provider: Provider, weights: WeightFormat | None
-) -> LocatedArtifact | RemoteSource | AnthropicSource:
+def _located(source: str, provider: Provider, weights: WeightFormat | None, remote: bool) -> LocatedArtifact | Endpoint:
     try:
-        return locate(source, provider, fetch=True, weights=weights)
+        return locate(source, provider, fetch=True, weights=weights, remote=remote)
     except CheckpointNotPrepared as missing:
         checkpoint = missing.checkpoint
         log.info("preparing %s (%s) for this host: %s", checkpoint.provenance, checkpoint.model_type, checkpoint.name)
@@ -160,9 +161,16 @@ def _say_which_variant(model: PreparedModel, provider: Provider) -> None:
         )
 
 
-def remote_endpoint(source: RemoteSource | AnthropicSource, spec: ModelSpec | None) -> RemoteEndpoint:
-    """The endpoint a remote source names, with what its manifest entry adds."""
+def remote_endpoint(source: Endpoint, spec: ModelSpec | None, hub_url: str = HF_INFERENCE_URL) -> RemoteEndpoint:
+    """The endpoint a remote source names, with what its manifest entry adds (``hub_url``: where an
+    ``hf://`` model at tier remote is served when its entry names no ``base_url``)."""
     key_env = spec.api_key_env if spec is not None else None
+    if isinstance(source, HubEndpoint):
+        return RemoteEndpoint(
+            base_url=(spec.base_url if spec is not None and spec.base_url else hub_url.rstrip("/")),
+            model=source.repo,
+            api_key_env=key_env or HF_TOKEN_ENV,
+        )
     if isinstance(source, AnthropicSource):
         return RemoteEndpoint(
             base_url=(spec.base_url if spec is not None and spec.base_url else ANTHROPIC_BASE_URL),

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from functools import partial
 
 from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.catalogue.sources import HF_INFERENCE_URL
 from nrt.adapters.metrics import WorkerMetrics
 from nrt.core.events import TierChanged, Weights
 from nrt.core.vocabulary import Reason, Tier
@@ -38,8 +40,10 @@ class Tiers:
         model_subjects: ModelSubjects,
         loaded: Loaded | None = None,
         metrics: WorkerMetrics | None = None,
+        hub_url: str = HF_INFERENCE_URL,
     ) -> None:
         self.metrics = metrics
+        self.hub_url = hub_url  # where an hf:// model at tier remote is served, unless its entry says
         self.worker_id, self.host, self.events, self.specs = worker_id, host, events, specs
         self.model_subjects = model_subjects
         self.loaded = loaded  # told of each model once its load is recorded (an entry router calibrates)
@@ -52,7 +56,7 @@ class Tiers:
             started = time.perf_counter()
             try:
                 # a checkpoint not prepared yet is fetched and prepared here: off the event loop
-                target = await asyncio.to_thread(resolve, source, spec)
+                target = await asyncio.to_thread(partial(resolve, source, spec, hub_url=self.hub_url))
                 weights = await asyncio.to_thread(weights_of, target)
                 steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
             except Exception as exc:

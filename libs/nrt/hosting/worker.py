@@ -112,7 +112,17 @@ class Worker:
             heartbeat_s,
             role,
         )
-        self.tiers = Tiers(self.worker_id, self.host, self.presence, self.spec, self, self._loaded, self.metrics)
+        remote = remote or RemotePolicy()
+        self.tiers = Tiers(
+            self.worker_id,
+            self.host,
+            self.presence,
+            self.spec,
+            self,
+            self._loaded,
+            self.metrics,
+            hub_url=remote.hf_inference_url,
+        )
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(
             self.worker_id,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -7,13 +8,14 @@ import pytest
 from nrt.adapters.catalogue import (
     AnthropicSource,
     CatalogueSource,
+    HubEndpoint,
     LocalSource,
     RemoteSource,
     SourceError,
     catalogue_names,
     resolve_source,
 )
-from nrt.adapters.catalogue.sources import HfSource
+from nrt.adapters.catalogue.sources import HfSource, served_remotely
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "minilm-l6", "tiny-llama"])
@@ -123,8 +125,28 @@ def test_anthropic_sources_name_a_model_at_the_messages_api(model: str) -> None:
     assert str(AnthropicSource(model=model)) == f"anthropic://{model}"
 
 
-def test_an_anthropic_model_on_the_hub_says_how_to_serve_it() -> None:
-    with pytest.raises(SourceError) as error:
-        resolve_source("hf://anthropic/claude-haiku")
-    assert "not on the Hugging Face hub" in str(error.value)
-    assert "source: anthropic://claude-haiku-3" in str(error.value)
+@pytest.mark.parametrize(
+    ("source", "served"),
+    [
+        ("hf://anthropic/claude-haiku", HubEndpoint(repo="anthropic/claude-haiku")),
+        ("hf://Qwen/Qwen3-0.6B", HubEndpoint(repo="Qwen/Qwen3-0.6B")),
+        ("https://api.example.com/v1", RemoteSource(base_url="https://api.example.com/v1")),
+        ("anthropic://claude-haiku-3", AnthropicSource(model="claude-haiku-3")),
+    ],
+)
+def test_a_model_at_tier_remote_is_served_by_the_endpoint_its_source_names(source: str, served: object) -> None:
+    assert served_remotely(resolve_source(source), source) == served
+    assert str(served) == source
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("hf://org/name@v2", "cannot pin one: remove '@v2'"),
+        ("catalogue://tiny-llama", "is loaded by a worker; tier 'remote' is for a model served by an endpoint"),
+        ("./models/router", "is loaded by a worker"),
+    ],
+)
+def test_what_an_endpoint_cannot_serve_at_tier_remote_is_a_clear_error(source: str, message: str) -> None:
+    with pytest.raises(SourceError, match=re.escape(message)):
+        served_remotely(resolve_source(source), source)

@@ -1,5 +1,7 @@
-"""The spec example's fallback on the remote tier: ``anthropic://claude-haiku-3`` parses, resolves on a
-worker with its key's variable (``api_key_env``, else $ANTHROPIC_API_KEY), and fails clearly without it."""
+"""The spec example's fallback on the remote tier: ``hf://anthropic/claude-haiku`` as written (an inference
+endpoint of Hub models serves it, its key in $HF_TOKEN), or ``anthropic://claude-haiku-3`` (the Messages
+API, its key in $ANTHROPIC_API_KEY): each parses, resolves on a worker with its key's variable
+(``api_key_env`` names another) and fails clearly without it."""
 
 from __future__ import annotations
 
@@ -28,13 +30,35 @@ def fallback(*lines: str) -> ModelSpec:
     return spec
 
 
-def test_the_spec_example_parses_unchanged_and_says_how_to_serve_its_anthropic_fallback() -> None:
+def test_the_spec_example_parses_unchanged_and_its_fallback_is_served_by_an_inference_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     manifest = parse_manifest(SPEC.read_text())
     assert manifest.fallback is not None
     assert (manifest.fallback.source, manifest.fallback.tier) == ("hf://anthropic/claude-haiku", Tier.REMOTE)
-    [warning] = [w for w in source_warnings(manifest) if w.startswith("fallback:")]
-    assert "not on the Hugging Face hub" in warning
-    assert "source: anthropic://claude-haiku-3" in warning
+    assert not [w for w in source_warnings(manifest) if w.startswith("fallback:")]
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    assert resolve(manifest.fallback.source, manifest.fallback) == RemoteEndpoint(
+        base_url="https://router.huggingface.co/v1", model="anthropic/claude-haiku", api_key_env="HF_TOKEN"
+    )
+    # a worker's NRT_WORKER_HF_INFERENCE_URL names another server of Hub models; the entry's base_url wins over it
+    assert resolve(manifest.fallback.source, manifest.fallback, hub_url="http://tgi:8080/v1/") == RemoteEndpoint(
+        base_url="http://tgi:8080/v1", model="anthropic/claude-haiku", api_key_env="HF_TOKEN"
+    )
+    pinned = fallback("source: hf://anthropic/claude-haiku", "tier: remote", "base_url: http://vllm:8000/v1")
+    assert resolve(pinned.source, pinned, hub_url="http://tgi:8080/v1") == RemoteEndpoint(
+        base_url="http://vllm:8000/v1", model="anthropic/claude-haiku", api_key_env="HF_TOKEN"
+    )
+
+
+def test_the_hub_model_at_tier_remote_needs_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    manifest = parse_manifest(SPEC.read_text())
+    assert manifest.fallback is not None
+    with pytest.raises(RemoteError) as info:
+        resolve(manifest.fallback.source, manifest.fallback)
+    assert (info.value.code, info.value.status) == ("remote_key_missing", 503)
+    assert "needs its API key in $HF_TOKEN" in info.value.message
 
 
 def test_the_anthropic_fallback_parses_and_resolves_with_the_default_key_variable(
@@ -123,6 +147,14 @@ def test_an_openai_compatible_endpoint_takes_its_model_name_and_key_variable(mon
             "fallback.base_url",
             "an http(s) source is its own base URL",
         ),
+        (
+            ("source: hf://org/model", "tier: standby", "base_url: http://h/v1"),
+            "fallback.base_url",
+            "an hf:// source at tier remote",
+        ),
+        (("source: hf://org/model@v2", "tier: remote"), "fallback.source", "cannot pin one: remove '@<revision>'"),
+        (("source: hf://org/model", "tier: remote", "remote_model: x"), "fallback.remote_model", "names its model"),
+        (("source: catalogue://tiny-llama", "tier: remote"), "fallback.tier", "this source is loaded by a worker"),
     ],
 )
 def test_remote_fields_that_do_not_fit_are_clear_errors(lines: tuple[str, ...], path: str, message: str) -> None:

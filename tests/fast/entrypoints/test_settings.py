@@ -108,6 +108,11 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_REMOTE_CONNECT_TIMEOUT": ("1.5", "worker_remote_connect_timeout", 1.5),
         "NRT_WORKER_REMOTE_READ_TIMEOUT": ("30", "worker_remote_read_timeout", 30.0),
         "NRT_WORKER_REMOTE_CONNECT_ATTEMPTS": ("2", "worker_remote_connect_attempts", 2),
+        "NRT_WORKER_HF_INFERENCE_URL": (
+            "http://tgi.internal:8080/v1",
+            "worker_hf_inference_url",
+            "http://tgi.internal:8080/v1",
+        ),
         "NRT_MANIFEST": ("/etc/nrt.yaml", "manifest", Path("/etc/nrt.yaml")),
         "NRT_MISSED_HEARTBEATS": ("5", "missed_heartbeats", 5),
         "NRT_GATEWAY_URL": ("http://gw:8080", "gateway_url", "http://gw:8080"),

@@ -73,7 +73,7 @@ def checkout(source: HfSource, *, offline: bool | None = None) -> Checkout:
     except errors.RepositoryNotFoundError:
         raise SourceError(
             f"source {source}: the Hub has no repository {source.repo!r} this host may read "
-            f"(a private one needs $HF_TOKEN)"
+            f"(a private one needs $HF_TOKEN){_elsewhere(source)}"
         ) from None
     except errors.RevisionNotFoundError:
         raise SourceError(f"source {source}: the repository has no revision {source.revision!r}") from None
@@ -122,6 +122,7 @@ def _not_cached(source: HfSource, offline: bool) -> str:
         return (
             f"source {source}: not in the Hugging Face cache ({cache}) and {why}: nothing to prepare it from "
             f"(fetch it where the Hub is reachable, `huggingface-cli download {source.repo}`, into this cache)"
+            f"{_elsewhere(source)}"
         )
     refs = sorted(path.name for path in (repo_dir / "refs").glob("*")) if (repo_dir / "refs").is_dir() else []
     snapshots = sorted(path.name[:12] for path in (repo_dir / "snapshots").glob("*"))
@@ -130,6 +131,16 @@ def _not_cached(source: HfSource, offline: bool) -> str:
         f"source {source}: revision {source.revision or 'main'!r} is not in the Hugging Face cache ({cache}) "
         f"and {why}; the cache holds {held}"
     )
+
+
+def _elsewhere(source: HfSource) -> str:
+    """Where a model the Hub does not hold is served instead, when its owner says so."""
+    if source.repo.lower().startswith("anthropic/"):
+        return (
+            "; Anthropic's models are not on the Hub: serve one at tier remote, as `source: anthropic://<model>` "
+            "(its Messages API) or as this hf:// source through an inference endpoint"
+        )
+    return ""
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,7 +3,8 @@
 The one answer a worker loads from (``nrt.hosting.model_sources``) and ``nrt manifest check``
 checks with (``nrt.adapters.manifest_sources.unusable_sources``):
 
-* a remote source (``http(s)://.../v1``, ``anthropic://<model>``): its endpoint, nothing to find here;
+* a remote source (``http(s)://.../v1``, ``anthropic://<model>``, or an ``hf://`` model declared at
+  ``tier: remote``: :class:`HubEndpoint`): its endpoint, nothing to find here;
 * a catalogue model: its prepared artifact, the variant for ``provider`` when built, else its root
   one; :class:`NotPrepared` when neither is (``nrt models prepare`` fixes that);
 * a local directory: the variant for ``provider`` when built, else the directory itself;
@@ -39,10 +40,12 @@ from nrt.adapters.catalogue.sources import (
     AnthropicSource,
     CatalogueSource,
     HfSource,
+    HubEndpoint,
     LocalSource,
     RemoteSource,
     SourceError,
     resolve_source,
+    served_remotely,
 )
 from nrt.adapters.catalogue.variants import serving_directory
 from nrt.adapters.inference.artifact import MODEL_FILE
@@ -98,15 +101,26 @@ class LocatedArtifact:
     catalogue: PreparedModel | None = None  # None for a local directory
 
 
+Endpoint = RemoteSource | AnthropicSource | HubEndpoint  # what a model at tier remote is served by
+
+
 def locate(
-    source: str, provider: Provider, *, fetch: bool = False, weights: WeightFormat | None = None
-) -> LocatedArtifact | RemoteSource | AnthropicSource:
+    source: str,
+    provider: Provider,
+    *,
+    fetch: bool = False,
+    weights: WeightFormat | None = None,
+    remote: bool = False,
+) -> LocatedArtifact | Endpoint:
     """Where ``source`` is for sessions on ``provider``; a :class:`SourceError` (or one of its kinds
     above) saying why it cannot be used here. ``fetch``: download an ``hf://`` source into the Hugging
     Face cache when it is not there (a worker about to load it); without it only the cache is read.
     ``weights``: the manifest's ``quantization`` of an operator's checkpoint (fp16: its cuda variant,
-    on any provider); other sources come as they were built, and asking for a format is an error."""
+    on any provider); other sources come as they were built, and asking for a format is an error.
+    ``remote``: the model is declared at ``tier: remote``, served by the endpoint its source names."""
     resolved = resolve_source(source)
+    if remote:
+        return served_remotely(resolved, source)
     fmt = cpu_format(weights)
     if weights is WeightFormat.FP16:
         provider = "cuda"

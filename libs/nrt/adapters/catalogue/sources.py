@@ -7,6 +7,8 @@
                                cache (``HF_HOME``/``HF_HUB_CACHE``, ``HF_ENDPOINT``, ``HF_TOKEN``,
                                ``HF_HUB_OFFLINE`` as ``huggingface_hub`` reads them) and prepared
                                once per revision (``nrt.adapters.catalogue.checkpoints``)
+                               at ``tier: remote``, the same repository served by an inference
+                               endpoint (:class:`HubEndpoint`: nothing fetched or prepared here)
 * ``http(s)://host/.../v1``    a remote OpenAI-compatible endpoint (nothing to prepare)
 * ``anthropic://<model>``      a model behind the Anthropic Messages API (nothing to prepare);
                                reached at ``https://api.anthropic.com`` unless the manifest's
@@ -33,6 +35,11 @@ CATALOGUE_SCHEME = "catalogue"
 ANTHROPIC_SCHEME = "anthropic"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # where an anthropic:// model is reached by default
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"  # the variable holding its key, unless api_key_env names another
+# where an hf:// model at tier remote is served by default: Hugging Face's OpenAI-compatible inference router,
+# which takes the repository id as the model's name (a worker's NRT_WORKER_HF_INFERENCE_URL, or the model's
+# base_url, names another server of Hub models: a vLLM or TGI deployment, say)
+HF_INFERENCE_URL = "https://router.huggingface.co/v1"
+HF_TOKEN_ENV = "HF_TOKEN"  # the variable holding its key, unless api_key_env names another
 REMOTE_SCHEMES = ("http", "https", ANTHROPIC_SCHEME)  # sources served by the remote tier
 HF_SCHEME = "hf"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
@@ -75,6 +82,16 @@ class HfSource(msgspec.Struct, frozen=True, tag="hf"):
         return f"{HF_SCHEME}://{self.repo}" + (f"@{self.revision}" if self.revision else "")
 
 
+class HubEndpoint(msgspec.Struct, frozen=True, tag="hf-endpoint"):
+    """An ``hf://`` model at ``tier: remote``: served by an OpenAI-compatible inference endpoint that knows
+    the Hub's repositories by their ids, not fetched or prepared here."""
+
+    repo: str
+
+    def __str__(self) -> str:
+        return f"{HF_SCHEME}://{self.repo}"
+
+
 class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
     model: str  # the model's name at the Anthropic Messages API, e.g. claude-haiku-3
 
@@ -102,17 +119,30 @@ def resolve_source(source: str, *, base_dir: PurePath | None = None) -> Resolved
         return _remote(text)
     if scheme == ANTHROPIC_SCHEME:
         return _anthropic(text, text[match.end() :])
-    if scheme == HF_SCHEME and text[match.end() :].lower().startswith("anthropic/"):
-        raise SourceError(
-            f"source {source!r}: Anthropic models are not on the Hugging Face hub; serve one on the remote tier "
-            f"as `source: anthropic://claude-haiku-3` with `tier: remote` (its key in ${ANTHROPIC_KEY_ENV}, "
-            f"or in the variable `api_key_env` names)"
-        )
     if scheme == HF_SCHEME:
         return _hf(text, text[match.end() :])
     raise SourceError(
         f"source {source!r}: the {scheme}:// scheme cannot be fetched here (NRT runs offline and only "
         f"reads artifacts already on this machine). " + _how_to_map()
+    )
+
+
+def served_remotely(resolved: ResolvedSource, source: str) -> RemoteSource | AnthropicSource | HubEndpoint:
+    """What serves a model declared at ``tier: remote``: an endpoint source as it is, an ``hf://`` model
+    through an inference endpoint (a pinned revision cannot be: an endpoint serves what it deployed);
+    a model a worker would load is a :class:`SourceError` (the manifest's parser says the same)."""
+    if isinstance(resolved, RemoteSource | AnthropicSource):
+        return resolved
+    if isinstance(resolved, HfSource):
+        if resolved.revision is not None:
+            raise SourceError(
+                f"source {source!r}: an inference endpoint serves the revision it deployed; a model at tier remote "
+                f"cannot pin one: remove '@{resolved.revision}'"
+            )
+        return HubEndpoint(repo=resolved.repo)
+    raise SourceError(
+        f"source {source!r} is loaded by a worker; tier 'remote' is for a model served by an endpoint "
+        f"(https://host/v1, anthropic://<model>, or hf://org/name through an inference endpoint)"
     )
 
 

@@ -315,35 +315,42 @@ class _Reader:
     def remote_fields(
         self, source: str, tier: Tier, remote_model: str | None, base_url: str | None, path: KeyPath
     ) -> None:
-        """A remote source needs tier remote; ``base_url`` is for an anthropic:// source, ``remote_model``
-        for an OpenAI-compatible one (an Anthropic model is named in its source)."""
+        """Tier remote is for a model an endpoint serves: an http(s) one (its own base URL, ``remote_model``
+        its model's name there), an anthropic:// one (``base_url`` where its API is), or an ``hf://`` model
+        through an inference endpoint (``base_url`` a server of Hub models, the repository id its name).
+        Endpoint sources need tier remote; a model a worker loads cannot have it."""
         scheme = source.strip().split("://", 1)[0].lower() if "://" in source else ""
-        if scheme in ("http", "https") and tier is not Tier.REMOTE:
+        if scheme in ("http", "https", "anthropic") and tier is not Tier.REMOTE:
+            kind = "an anthropic://" if scheme == "anthropic" else "an http(s) endpoint"
+            self.fail((*path, "tier"), f"{kind} source is served remotely; tier must be 'remote', not '{tier.value}'")
+        if tier is Tier.REMOTE and scheme not in ("http", "https", "anthropic", "hf"):
             self.fail(
                 (*path, "tier"),
-                f"an http(s) endpoint source is served remotely; tier must be 'remote', not '{tier.value}'",
+                "tier 'remote' is for a model an endpoint serves (source: https://host/v1, anthropic://<model>, "
+                "or hf://org/name through an inference endpoint); this source is loaded by a worker: "
+                "use 'resident' or 'standby'",
             )
-        if scheme == "anthropic" and tier is not Tier.REMOTE:
+        if tier is Tier.REMOTE and scheme == "hf" and "@" in source:
             self.fail(
-                (*path, "tier"),
-                f"an anthropic:// source is served remotely; tier must be 'remote', not '{tier.value}'",
+                (*path, "source"),
+                "an inference endpoint serves the revision it deployed; a model at tier remote cannot pin one: "
+                "remove '@<revision>'",
             )
-        if scheme == "anthropic" and remote_model is not None:
+        if scheme in ("anthropic", "hf") and remote_model is not None:
             self.fail(
                 (*path, "remote_model"),
-                "an anthropic:// source names its model itself (anthropic://claude-haiku-3); remove 'remote_model'",
+                f"an {scheme}:// source names its model itself ({scheme}://...); remove 'remote_model'",
             )
         if base_url is None:
             return
-        if scheme != "anthropic":
+        if scheme not in ("anthropic", "hf") or tier is not Tier.REMOTE:
             self.fail(
                 (*path, "base_url"),
-                "'base_url' is where an anthropic:// source's API is; an http(s) source is its own base URL",
+                "'base_url' is where an endpoint serving an anthropic:// source, or an hf:// source at tier remote, "
+                "is; an http(s) source is its own base URL",
             )
         elif not _http_url(base_url):
-            self.fail(
-                (*path, "base_url"), f"expected an http(s) URL such as https://api.anthropic.com, got {base_url!r}"
-            )
+            self.fail((*path, "base_url"), f"expected an http(s) URL such as https://host/v1, got {base_url!r}")
 
     def template(self, value: object, path: KeyPath, role: Role) -> str | None:
         """A built-in template's name, or the whole prompt with ``{system}``, ``{turns}``, ``{last_user}``
