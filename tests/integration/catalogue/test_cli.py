@@ -71,9 +71,11 @@ def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
     assert code == 0, output
     assert f"hf://acme/helper@{commit}: a qwen3 causal-lm, as user-hf-acme-helper-" in output
     assert "prepared user-hf-acme-helper-" in output
-    code, again = _run("add", "hf://acme/helper", "--provider", "cpu")
+    assert "eta" in output  # the bar's estimate of the time left, from the steps done
+    code, again = _run("add", "hf://acme/helper", "--provider", "cpu", "--id", "helper")
     assert code == 0, again
     assert "is already prepared and verified" in again
+    assert "is 'helper' on this host" in again
     code, absent = _run("add", "hf://acme/absent")
     assert code == 2
     assert "hf://acme/absent: not in the Hugging Face cache" in absent
@@ -86,12 +88,22 @@ def test_models_add_fetches_from_the_cache_and_prepares_with_progress(
     assert "Operators' models" in listed
     assert "user-hf-acme" in listed
     assert "int8-dynamic" in listed
+    assert re.search(rf"{name}\s*│\s*helper\s*│", listed)  # the id beside the content-addressed name
+    code, taken = _run("add", str(tmp_path / "ckpt"), "--id", "helper")  # the same weights as a local directory
+    assert code == 2
+    assert "--id 'helper' already names" in taken
+    code, bad = _run("add", "hf://acme/helper", "--id", "Not OK")
+    assert code == 2
+    assert "expected lower-case letters" in bad
+    code, by_id = _run("info", "helper")
+    assert code == 0, by_id
+    assert f'"source": "hf://acme/helper@{commit}"' in by_id
     code, described = _run("info", name, "--speed")
     assert code == 0, described
     assert "decode here" in described
     assert re.search(r"\d+\.\d tokens/s", described)  # measured on this host, per built variant
     assert f'"source": "hf://acme/helper@{commit}"' in described  # the root variant's record
-    code, removed = _run("rm", name)
+    code, removed = _run("rm", "helper")
     assert code == 0, removed
     assert not (nrt_home / "models" / name).exists()
     code, gone = _run("rm", name)

@@ -76,6 +76,8 @@ PROMPT = "The quick brown fox jumps over the lazy dog."
 TOLERANCE: dict[Quantization, float] = {"fp32": 1e-3, "int8-dynamic": 0.25, "int4": 0.6, "fp16": 0.05}
 _SLUG = re.compile(r"[^a-z0-9]+")
 USER_PREFIX = "user-"  # the names of operators' models under models_dir() (catalogue names never start so)
+LABEL_FILE = "label"  # in a user model's directory: the name its operator gave it (`nrt models add --id`)
+_LABEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 class UnsupportedArchitecture(ArtifactError):
@@ -102,6 +104,7 @@ class UserModel:
     name: str
     directory: Path
     variants: tuple[ArtifactRecord, ...]  # the root (cpu) variant first, when built
+    label: str | None = None  # the name its operator gave it, if any
 
     @property
     def source(self) -> str:
@@ -127,16 +130,43 @@ def user_models() -> list[UserModel]:
         for provider in PROVIDERS:
             with contextlib.suppress(RecordError):
                 records.append(load_record(variant_path(directory, provider)))
-        found.append(UserModel(directory.name, directory, tuple(records)))
+        label_file = directory / LABEL_FILE
+        label = label_file.read_text().strip() if label_file.is_file() else None
+        found.append(UserModel(directory.name, directory, tuple(records), label or None))
     return found
+
+
+def user_model(name: str) -> UserModel | None:
+    """The operator's model called ``name`` here: its content-addressed name, or the label it was given."""
+    return next((model for model in user_models() if name in (model.name, model.label)), None)
+
+
+def label_user_model(name: str, label: str) -> None:
+    """Give the operator's model ``name`` the label ``label`` (unique on this host: another model's is an error)."""
+    if not _LABEL.match(label) or label.startswith(USER_PREFIX):
+        raise ArtifactError(
+            f"--id {label!r}: expected lower-case letters, digits and . _ - (at most 64, not starting with "
+            f"{USER_PREFIX!r})"
+        )
+    taken = next((model for model in user_models() if model.label == label and model.name != name), None)
+    if taken is not None:
+        raise ArtifactError(f"--id {label!r} already names {taken.name} ({taken.source}); choose another")
+    from nrt.adapters.catalogue.layout import artifact_dir
+
+    (artifact_dir(name) / LABEL_FILE).write_text(label + "\n")
 
 
 def remove_user_model(name: str) -> Path:
     """Delete the operator's model ``name`` (its every variant), under its build lock; its directory."""
     from nrt.adapters.catalogue.layout import artifact_dir, build_lock
 
+    found = user_model(name)
+    name = found.name if found is not None else name
     if not name.startswith(USER_PREFIX) or "/" in name:
-        raise ArtifactError(f"{name!r} is not an operator's model (their names start with {USER_PREFIX})")
+        raise ArtifactError(
+            f"{name!r} is not an operator's model (their names start with {USER_PREFIX}, or are the --id they were "
+            f"given)"
+        )
     directory = artifact_dir(name)
     if not directory.is_dir():
         raise ArtifactError(f"no operator's model {name!r} is prepared here ({directory})")

@@ -12,7 +12,16 @@ from typing import NoReturn
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from nrt.adapters import settings
@@ -47,8 +56,10 @@ from nrt.adapters.catalogue.checkpoints import (
     cpu_format,
     hub_checkpoint,
     is_checkpoint,
+    label_user_model,
     local_checkpoint,
     remove_user_model,
+    user_model,
     user_models,
 )
 from nrt.adapters.catalogue.entry import CatalogueEntry
@@ -93,6 +104,7 @@ def list_models() -> None:
         return
     mine = Table(title=f"Operators' models ({settings.models_dir()})")
     mine.add_column("name", no_wrap=True)  # what `nrt models rm` takes: never broken
+    mine.add_column("id", no_wrap=True)  # the name its operator gave it (`nrt models add --id`): rm takes it too
     for column in ("kind", "size", "variants", "source", "directory"):
         mine.add_column(column, overflow="fold")
     for model in own:
@@ -102,6 +114,7 @@ def list_models() -> None:
         )
         mine.add_row(
             model.name,
+            model.label or "",
             ", ".join(sorted(kinds)) or "?",
             _size(model.total_bytes),
             variants,
@@ -161,7 +174,16 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
     help="How the cpu variant stores a decoder's weights: int8 (the default), int4, or none (fp32); fp16 builds the "
     "cuda variant. As the manifest's `quantization:` key says it.",
 )
-def add_model(source: str, force: bool, providers: tuple[str, ...], quantization: str | None) -> None:
+@click.option(
+    "--id",
+    "label",
+    default=None,
+    help="A name for it on this host (lower-case letters, digits, . _ -), shown by `nrt models list` and taken by "
+    "`nrt models info` and `rm` beside its content-addressed name.",
+)
+def add_model(
+    source: str, force: bool, providers: tuple[str, ...], quantization: str | None, label: str | None
+) -> None:
     """Prepare an operator's own model: SOURCE is hf://org/name[@revision] (fetched into the Hugging Face
     cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE) or a local Hugging Face checkpoint
     directory (config.json, *.safetensors, tokenizer.json)."""
@@ -185,6 +207,12 @@ def add_model(source: str, force: bool, providers: tuple[str, ...], quantization
     click.echo(f"{checkpoint.provenance}: a {checkpoint.model_type} {checkpoint.kind}, as {checkpoint.name}")
     chosen = ("cuda",) if weights is WeightFormat.FP16 and not providers else _chosen_providers(providers)
     _build(checkpoint_entry(checkpoint), chosen, force)
+    if label is not None:
+        try:
+            label_user_model(checkpoint.name, label)
+        except ArtifactError as exc:
+            _fail(str(exc), EXIT_UNKNOWN)
+        click.echo(f"{checkpoint.name} is {label!r} on this host")
 
 
 def _readable_checkpoint(read: Callable[[], Checkpoint]) -> Checkpoint:
@@ -262,14 +290,12 @@ def info(name: str, as_json: bool, provider: str, speed: bool) -> None:
     """Show a model's variants (provider, quantization, size, path, whether built; with --speed, the
     decode speed measured here) and the record (nrt-artifact.json) of one of them; or the record of a
     local ONNX directory. NAME is a catalogue model or an operator's (as `nrt models list` shows it)."""
-    own = {model.name: model for model in user_models()}
-    if name in own:
-        _print_user_variants(own[name], speed)
-        if own[name].variants:
-            root = own[name].variants[0]
-            _print_record(
-                PreparedArtifact(directory=variant_path(own[name].directory, root.provider), record=root), False
-            )
+    mine = user_model(name)
+    if mine is not None:
+        _print_user_variants(mine, speed)
+        if mine.variants:
+            root = mine.variants[0]
+            _print_record(PreparedArtifact(directory=variant_path(mine.directory, root.provider), record=root), False)
         return
     if name not in {entry.name for entry in CATALOGUE}:
         artifact = _local_artifact(name)
@@ -420,6 +446,8 @@ class _StepProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),  # from the steps done so far
             console=_out,
         )
         self._task: TaskID | None = None
