@@ -255,6 +255,16 @@ def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
     return stacks.eventually(check, within, what, retry_on=(httpx.HTTPError, OSError))
 
 
+@dataclass(frozen=True, slots=True)
+class NotYet:
+    """A check's "not yet" (falsy) that says why, for the failure message when time runs out."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
 def live_state(url: str, headers: Mapping[str, str]) -> dict[str, Any]:
     response = httpx.get(f"{url}/v1/cluster", headers=dict(headers), timeout=10)
     assert response.status_code == 200, response.text
@@ -309,14 +319,18 @@ def check_log(
     chain = re.fullmatch(r"hash chain intact: (\d+) events verified\n(?:snapshots intact: .*\n)?", verified)
     assert chain, verified
 
-    def replay_equals_live() -> bool:
+    def replay_equals_live() -> bool | NotYet:
         before = live_state(url, headers)
         if before["in_flight"]:
-            return False
+            return NotYet(f"requests in flight: {sorted(before['in_flight'])[:5]}")
         replayed = json.loads(nrt("replay", "--json", env=env))
         after = live_state(url, headers)
-        if before != after:
-            return False  # an event was recorded meanwhile: try again
+        if before != after:  # an event was recorded meanwhile: try again
+            changed = sorted(key for key in after if before.get(key) != after[key])
+            return NotYet(
+                f"the state changed during the replay ({changed}, events {before['events_applied']} -> "
+                f"{after['events_applied']})"
+            )
         assert replayed["position"] == after["events_applied"]
         assert replayed["state"] == after
         return True
