@@ -91,6 +91,9 @@ def write_gguf(checkpoint: Path, target: Path, *, quantization: str = "F32") -> 
         data = tensor.detach().numpy().astype(np.float32)
         data = _as_llama_cpp_stores(model_type, mapped, data, config)
         _add(writer, gguf, f"{mapped}.{suffix}", data, quantization)
+    freqs = _llama3_rope_freqs(config)
+    if freqs is not None:
+        writer.add_tensor("rope_freqs.weight", freqs)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -124,6 +127,27 @@ def _hparams(writer: Any, config: Any, model_type: str) -> None:
     if model_type == "gemma2":
         writer.add_attn_logit_softcapping(float(config.attn_logit_softcapping))
         writer.add_final_logit_softcapping(float(config.final_logit_softcapping))
+
+
+def _llama3_rope_freqs(config: Any) -> npt.NDArray[np.float32] | None:
+    """llama.cpp's ``rope_freqs`` for Llama 3's RoPE scaling (``LlamaModel.generate_extra_tensors``)."""
+    scaling = getattr(config, "rope_scaling", None) or {}
+    if scaling.get("rope_type") != "llama3":
+        return None
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    factors = []
+    for freq in 1.0 / (config.rope_theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)):
+        wavelength = 2 * np.pi / freq
+        if wavelength < old / high:
+            factors.append(1.0)
+        elif wavelength > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelength - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
 
 
 def _tokenizer(writer: Any, checkpoint: Path) -> None:

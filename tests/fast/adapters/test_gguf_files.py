@@ -219,6 +219,12 @@ def test_llama3_rope_frequency_factors_become_its_rope_scaling(tmp_path: Path) -
         hf_config(read_header(write_raw_gguf(tmp_path / "odd.gguf", fields, tensors)))
 
 
+def test_a_bpe_vocabulary_its_merges_do_not_fit_is_an_artifact_error(tmp_path: Path) -> None:
+    header = read_header(tiny(tmp_path, **{"tokenizer.ggml.merges": ["a x"]}))
+    with pytest.raises(ArtifactError, match="its BPE vocabulary and merges do not fit together"):
+        gguf_tokenizer(header)
+
+
 def test_the_tokenizer_is_the_files_own(tmp_path: Path) -> None:
     built = gguf_tokenizer(read_header(tiny(tmp_path, **{"tokenizer.ggml.add_bos_token": True})), 256)
     assert built.tokenizer.encode("ab").ids == [5, 2]  # <s>, then the merged pair

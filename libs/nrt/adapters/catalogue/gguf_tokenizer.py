@@ -130,7 +130,10 @@ def _byte_level(header: GgufHeader, tokens: list[str], types: list[int], pre: st
     vocab: dict[str, int] = {}
     for index, token in enumerate(tokens):
         vocab.setdefault(token, index)
-    tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, ignore_merges=pre in _IGNORE_MERGES))
+    try:
+        tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, ignore_merges=pre in _IGNORE_MERGES))
+    except Exception as exc:  # the tokenizers library raises a bare Exception for an inconsistent vocabulary
+        raise ArtifactError(f"{header.path}: its BPE vocabulary and merges do not fit together ({exc})") from None
     digits, pattern = PRE_TOKENIZERS[pre]
     steps: list[Any] = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
     steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))

@@ -52,10 +52,11 @@ from nrt.adapters.catalogue.checkpoints import (
     user_models,
 )
 from nrt.adapters.catalogue.entry import CatalogueEntry
+from nrt.adapters.catalogue.gguf_source import gguf_checkpoint
 from nrt.adapters.catalogue.greedy import decode_speed
 from nrt.adapters.catalogue.hub import checkout
 from nrt.adapters.catalogue.record import encode_record
-from nrt.adapters.catalogue.sources import HfSource
+from nrt.adapters.catalogue.sources import GgufSource, HfSource
 from nrt.core.vocabulary import WeightFormat
 
 EXIT_UNKNOWN = 2
@@ -89,7 +90,9 @@ def list_models() -> None:
     _out.print(table)
     own = user_models()
     if not own:
-        click.echo("operators' models: none prepared (nrt models add hf://org/name, or a checkpoint directory)")
+        click.echo(
+            "operators' models: none prepared (nrt models add hf://org/name, a checkpoint directory or a .gguf file)"
+        )
         return
     mine = Table(title=f"Operators' models ({settings.models_dir()})")
     mine.add_column("name", no_wrap=True)  # what `nrt models rm` takes: never broken
@@ -163,8 +166,8 @@ def prepare_model(name: str, force: bool, providers: tuple[str, ...]) -> None:
 )
 def add_model(source: str, force: bool, providers: tuple[str, ...], quantization: str | None) -> None:
     """Prepare an operator's own model: SOURCE is hf://org/name[@revision] (fetched into the Hugging Face
-    cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE) or a local Hugging Face checkpoint
-    directory (config.json, *.safetensors, tokenizer.json)."""
+    cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE), a local Hugging Face checkpoint
+    directory (config.json, *.safetensors, tokenizer.json) or a local GGUF file (./x.gguf, de-quantised first)."""
     weights = WeightFormat(quantization) if quantization else None
     fmt = cpu_format(weights)
     try:
@@ -172,12 +175,15 @@ def add_model(source: str, force: bool, providers: tuple[str, ...], quantization
         if isinstance(resolved, HfSource):
             click.echo(f"fetching {resolved} into the Hugging Face cache")
             checkpoint = _readable_checkpoint(lambda: hub_checkpoint(checkout(resolved), fmt))
+        elif isinstance(resolved, GgufSource):
+            checkpoint = _readable_checkpoint(lambda: gguf_checkpoint(Path(resolved.path), fmt))
         elif isinstance(resolved, LocalSource) and is_checkpoint(Path(resolved.path).expanduser()):
             checkpoint = _readable_checkpoint(lambda: local_checkpoint(Path(resolved.path), fmt))
         else:
             _fail(
-                f"{source} is not an operator's checkpoint (hf://org/name[@revision], or a directory with config.json "
-                f"and *.safetensors); `nrt models prepare` takes catalogue models and ONNX export directories",
+                f"{source} is not an operator's checkpoint (hf://org/name[@revision], a directory with config.json "
+                f"and *.safetensors, or a .gguf file); `nrt models prepare` takes catalogue models and ONNX export "
+                f"directories",
                 EXIT_UNKNOWN,
             )
     except SourceError as exc:
@@ -366,7 +372,7 @@ def _local_artifact(text: str) -> PreparedArtifact:
     if isinstance(source, RemoteSource | AnthropicSource):
         click.echo(f"{source} is a remote endpoint: nothing to prepare")
         sys.exit(0)
-    if isinstance(source, HfSource):
+    if isinstance(source, HfSource | GgufSource):
         _fail(f"{source} is an operator's model: prepare it with `nrt models add {source}`", EXIT_UNKNOWN)
     if not isinstance(source, LocalSource):
         return _ready_catalogue(source.name)
