@@ -148,13 +148,16 @@ def test_a_gguf_source_is_prepared_once_and_agrees_with_pytorch(
     )
 
 
-def test_the_fp32_variant_of_a_gguf_is_pytorch_s_model(home: Path, ggufs: dict[str, GgufModel]) -> None:
+@pytest.mark.parametrize(("weights", "quantization"), [(WeightFormat.NONE, "fp32"), (WeightFormat.FP16, "fp16")])
+def test_the_manifest_chooses_a_gguf_s_weight_format_as_a_checkpoint_s(
+    weights: WeightFormat, quantization: str, home: Path, ggufs: dict[str, GgufModel]
+) -> None:
     source = str(ggufs["llama"].gguf)
-    spec = ModelSpec(id="m", role=Role.SPECIALIST, source=source, quantization=WeightFormat.NONE)
+    spec = ModelSpec(id="m", role=Role.SPECIALIST, source=source, quantization=weights)
     directory, record = prepared(source, spec)
-    assert record.quantization == "fp32"
+    assert (record.quantization, record.provider) == (quantization, "cpu" if quantization == "fp32" else "cuda")
     got = variant_output(directory, record, PROMPT_IDS)
-    assert relative_error(torch_logits(ggufs["llama"].checkpoint), got) <= TOLERANCE["fp32"]
+    assert relative_error(torch_logits(ggufs["llama"].checkpoint), got) <= TOLERANCE[record.quantization or "fp32"]
 
 
 async def test_a_prepared_gguf_generates_with_its_own_chat_template(home: Path, ggufs: dict[str, GgufModel]) -> None:
