@@ -38,10 +38,10 @@ _COMMON: dict[str, Any] = {
 }
 
 
-def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[[int], Any]:
-    def make(vocab: int) -> Any:
+def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[..., Any]:
+    def make(vocab: int, **overrides: Any) -> Any:
         transformers = _transformers()
-        config = getattr(transformers, config_class)(vocab_size=vocab, **{**_COMMON, **extra})
+        config = getattr(transformers, config_class)(vocab_size=vocab, **{**_COMMON, **extra, **overrides})
         return getattr(transformers, model_class)(config).eval()
 
     return make
@@ -52,7 +52,7 @@ def _transformers() -> Any:
     return importlib.import_module("transformers")
 
 
-def _bert(vocab: int) -> Any:
+def _bert(vocab: int, **overrides: Any) -> Any:
     transformers = _transformers()
     config = transformers.BertConfig(
         vocab_size=vocab,
@@ -62,12 +62,13 @@ def _bert(vocab: int) -> Any:
         num_attention_heads=4,
         max_position_embeddings=256,
         pad_token_id=0,
+        **overrides,
     )
     return transformers.BertModel(config).eval()
 
 
-# model_type -> a tiny random model of it (the vocabulary size given)
-ARCHITECTURES: dict[str, Callable[[int], Any]] = {
+# model_type -> a tiny random model of it (the vocabulary size given, and any config values to override)
+ARCHITECTURES: dict[str, Callable[..., Any]] = {
     "llama": _decoder("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2),
     "mistral": _decoder("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, sliding_window=None),
     "qwen2": _decoder("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2),
@@ -82,8 +83,9 @@ ARCHITECTURES: dict[str, Callable[[int], Any]] = {
 }
 
 
-def save_checkpoint(directory: Path, model_type: str, *, seed: int = 0) -> Path:
-    """A tiny random ``model_type`` checkpoint in ``directory``, as ``save_pretrained`` writes one."""
+def save_checkpoint(directory: Path, model_type: str, *, seed: int = 0, **overrides: Any) -> Path:
+    """A tiny random ``model_type`` checkpoint in ``directory``, as ``save_pretrained`` writes one
+    (``overrides``: config values other than the tiny defaults)."""
     import torch
 
     transformers = _transformers()
@@ -97,7 +99,7 @@ def save_checkpoint(directory: Path, model_type: str, *, seed: int = 0) -> Path:
         chat_template=CHAT_TEMPLATE,
     )
     torch.manual_seed(seed)
-    model = ARCHITECTURES[model_type](vocab)
+    model = ARCHITECTURES[model_type](vocab, **overrides)
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
     return directory

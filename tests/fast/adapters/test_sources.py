@@ -15,7 +15,7 @@ from nrt.adapters.catalogue import (
     catalogue_names,
     resolve_source,
 )
-from nrt.adapters.catalogue.sources import HfSource, served_remotely
+from nrt.adapters.catalogue.sources import GgufSource, HfSource, served_remotely
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "minilm-l6", "tiny-llama"])
@@ -48,6 +48,34 @@ def test_resolution_is_pure(tmp_path: Path) -> None:
     missing = tmp_path / "does-not-exist"
     assert resolve_source(str(missing)) == LocalSource(path=str(missing))
     assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "path"),
+    [
+        ("/srv/models/qwen2.5-0.5b-q4_k_m.gguf", "/srv/models/qwen2.5-0.5b-q4_k_m.gguf"),
+        ("~/models/x.gguf", "~/models/x.gguf"),
+        ("./x.gguf", "./x.gguf"),
+        ("x.GGUF", "x.GGUF"),
+        ("file:///srv/models/my%20model.gguf", "/srv/models/my model.gguf"),
+        ("file://localhost/srv/x.gguf", "/srv/x.gguf"),
+    ],
+)
+def test_a_path_ending_in_gguf_is_a_gguf_file(source: str, path: str) -> None:
+    assert resolve_source(source) == GgufSource(path=path)
+    assert str(resolve_source(source)) == path
+
+
+def test_a_relative_gguf_path_resolves_against_the_manifest_directory(tmp_path: Path) -> None:
+    base = PurePosixPath("/etc/nrt")
+    assert resolve_source("models/x.gguf", base_dir=base) == GgufSource(path="/etc/nrt/models/x.gguf")
+    assert resolve_source("file:///abs/x.gguf", base_dir=base) == GgufSource(path="/abs/x.gguf")
+    assert resolve_source(str(tmp_path / "absent.gguf")) == GgufSource(path=str(tmp_path / "absent.gguf"))  # pure
+
+
+@pytest.mark.parametrize("source", ["./models/gguf", "./models/x.gguf.d", "/srv/gguf-models/router"])
+def test_a_path_that_does_not_end_in_gguf_stays_a_directory(source: str) -> None:
+    assert resolve_source(source) == LocalSource(path=source)
 
 
 def test_file_urls_are_local_directories() -> None:

@@ -1,4 +1,5 @@
-"""The operator's own models: a Hugging Face checkpoint (``hf://`` or a local directory) as a catalogue entry.
+"""The operator's own models: a Hugging Face checkpoint (``hf://``, a local directory, or a GGUF file
+de-quantised into one) as a catalogue entry.
 
 A checkpoint (``config.json``, ``*.safetensors``, the tokenizer) of a supported architecture is
 prepared like a built-in model (:func:`nrt.adapters.catalogue.artifacts.prepare`): exported to ONNX
@@ -6,7 +7,7 @@ with optimum (decoders with past key values, encoders for feature extraction), c
 the PyTorch model on the same input, and installed under ``models_dir()/<name>`` with its record.
 
 Preparation is content-addressed: the artifact's name is derived from the source and the commit
-(``hf://``) or the checkpoint's files (a local directory), so each (source, revision) is prepared
+(``hf://``), the checkpoint's files (a local directory) or the file's sha256 (a GGUF file), so each (source, revision) is prepared
 once per host, whichever worker asks first; the catalogue's build lock makes two workers that ask
 at once build it once. Variants: ``cpu`` with int8 weights (blockwise, per-row activations: the
 catalogue's quantiser), ``cuda`` with float16 weights.
@@ -15,6 +16,7 @@ catalogue's quantiser), ``cuda`` with float16 weights.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import re
@@ -69,6 +71,7 @@ COMPANIONS = (
     "sentence_bert_config.json",  # and its sequence length
 )
 STEPS = ("Read the checkpoint", "Load the weights", "Export to ONNX")
+GGUF_STEPS = ("De-quantise the GGUF into a Hugging Face checkpoint",)  # before STEPS, for a GGUF file
 CPU_STEPS = ("Quantise the weights", "Check the quantised model against torch")
 CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against torch")
 PROMPT = "The quick brown fox jumps over the lazy dog."
@@ -88,13 +91,15 @@ class UnsupportedArchitecture(ArtifactError):
 class Checkpoint:
     """A Hugging Face checkpoint directory, what it is, and what it is called once prepared."""
 
-    directory: Path
-    provenance: str  # the record's ``source``: ``hf://org/name@<commit>`` or ``local:/abs/dir#<fingerprint>``
+    directory: Path  # a GGUF file's: the folder it is in (its checkpoint is written at build time)
+    # the record's ``source``: hf://org/name@<commit>, local:/abs/dir#<fingerprint> or gguf:/abs/x.gguf#<sha256>
+    provenance: str
     name: str  # the artifact's name under models_dir(): derived from the provenance
     model_type: str
     kind: Kind
     weight_bytes: int
     cpu_format: CpuFormat = "int8"  # how the cpu variant stores the weights (a decoder's; encoders stay fp32)
+    gguf: Path | None = None  # a GGUF file: de-quantised into a checkpoint in the build's scratch directory first
 
 
 @dataclass(frozen=True)
@@ -238,6 +243,8 @@ def artifact_name(provenance: str) -> str:
     base = provenance.split("@")[0].split("#")[0]
     if base.startswith("local:"):  # a directory: its own name, not the whole path
         base = "local-" + Path(base.removeprefix("local:")).name
+    elif base.startswith("gguf:"):  # a GGUF file: its name without the suffix
+        base = "gguf-" + Path(base.removeprefix("gguf:")).stem
     readable = _SLUG.sub("-", base.lower()).strip("-")[:48].strip("-")
     digest = hashlib.sha256(provenance.encode()).hexdigest()[:12]
     return f"{USER_PREFIX}{readable}-{digest}"
@@ -272,8 +279,8 @@ def checkpoint_entry(checkpoint: Checkpoint) -> CatalogueEntry:
     return CatalogueEntry(
         name=checkpoint.name,
         kind=checkpoint.kind,
-        description=f"{checkpoint.model_type} checkpoint {checkpoint.provenance}",
-        steps=STEPS,
+        description=f"{checkpoint.model_type} {'GGUF' if checkpoint.gguf else 'checkpoint'} {checkpoint.provenance}",
+        steps=(*GGUF_STEPS, *STEPS) if checkpoint.gguf else STEPS,
         variants=(
             Variant(provider="cpu", quantization=quantization, recipe=recipe, steps=CPU_STEPS, approx_bytes=cpu_bytes),
             Variant(
@@ -297,6 +304,12 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
     from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
     from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 
+    if checkpoint.gguf is not None:
+        from nrt.adapters.catalogue.builders.gguf_checkpoint import write_checkpoint
+
+        context.progress.step(GGUF_STEPS[0])
+        directory = write_checkpoint(checkpoint.gguf, context.work / "checkpoint")
+        checkpoint = dataclasses.replace(checkpoint, directory=directory, gguf=None)
     context.progress.step(STEPS[0])
     offline()
     import torch

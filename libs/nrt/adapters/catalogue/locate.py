@@ -9,8 +9,9 @@ checks with (``nrt.adapters.manifest_sources.unusable_sources``):
   one; :class:`NotPrepared` when neither is (``nrt models prepare`` fixes that);
 * a local directory: the variant for ``provider`` when built, else the directory itself;
   :class:`NotAnExport` when it holds no ONNX export (missing, or not a directory);
-* an operator's checkpoint (``hf://org/name[@revision]``, or a local Hugging Face checkpoint
-  directory): its prepared artifact (``nrt.adapters.catalogue.checkpoints``);
+* an operator's checkpoint (``hf://org/name[@revision]``, a local Hugging Face checkpoint
+  directory, or a local GGUF file: ``nrt.adapters.catalogue.gguf_source``): its prepared artifact
+  (``nrt.adapters.catalogue.checkpoints``);
   :class:`CheckpointNotPrepared` when it is not prepared yet (a worker prepares it when it loads it),
   :class:`NotFetched` when the Hugging Face cache does not hold it yet and ``fetch`` is off;
 * anything else: the :class:`SourceError` of :func:`nrt.adapters.catalogue.resolve_source` (an unknown
@@ -34,11 +35,13 @@ from nrt.adapters.catalogue.checkpoints import (
     is_checkpoint,
     local_checkpoint,
 )
+from nrt.adapters.catalogue.gguf_source import gguf_checkpoint
 from nrt.adapters.catalogue.hub import cached, checkout, not_cached_problem, offline_mode
 from nrt.adapters.catalogue.record import Provider
 from nrt.adapters.catalogue.sources import (
     AnthropicSource,
     CatalogueSource,
+    GgufSource,
     HfSource,
     HubEndpoint,
     LocalSource,
@@ -73,9 +76,14 @@ class CheckpointNotPrepared(NotPrepared):
         SourceError.__init__(
             self,
             f"{checkpoint.provenance} ({checkpoint.model_type}) is not prepared on this machine yet: a worker "
-            f"prepares it when it loads it, or run `nrt models add {checkpoint.provenance.split('#')[0]}`",
+            f"prepares it when it loads it, or run `nrt models add {_added_as(checkpoint.provenance)}`",
         )
         self.name = checkpoint.name
+
+
+def _added_as(provenance: str) -> str:
+    """What ``nrt models add`` takes for ``provenance``: the hf:// source, or the local path."""
+    return provenance.split("#")[0].removeprefix("local:").removeprefix("gguf:")
 
 
 class NotFetched(NotPrepared):
@@ -127,6 +135,9 @@ def locate(
     exact = weights is not None  # the format asked for, not another provider's as a stand-in
     if isinstance(resolved, HfSource):
         return _prepared(_hub(resolved, fetch, fmt), provider, exact)
+    if isinstance(resolved, GgufSource):
+        gguf = Path(resolved.path)
+        return _prepared(_readable(lambda: gguf_checkpoint(gguf, fmt)), provider, exact)
     if weights is not None and not (isinstance(resolved, LocalSource) and _is_checkpoint_dir(resolved)):
         raise SourceError(
             f"source {source!r}: 'quantization: {weights}' applies to an operator's checkpoint (hf://org/name, or a "

@@ -16,7 +16,9 @@
                                unless ``api_key_env`` names another variable
 
 A local directory is an ONNX export (optimum layout) or a Hugging Face checkpoint (config.json,
-safetensors, tokenizer), which is prepared as an ``hf://`` model is. Anything else is a
+safetensors, tokenizer), which is prepared as an ``hf://`` model is. A local path ending in ``.gguf``
+(plain or ``file://``) is a GGUF file (:class:`GgufSource`): de-quantised into a checkpoint, then
+prepared as one (``nrt.adapters.catalogue.gguf_source``). Anything else is a
 :class:`SourceError` that says how to map it to a real artifact. Resolution is pure;
 :mod:`nrt.adapters.catalogue.artifacts` and :mod:`nrt.adapters.catalogue.hub` do the I/O.
 """
@@ -67,6 +69,13 @@ class LocalSource(msgspec.Struct, frozen=True, tag="local"):
         return self.path
 
 
+class GgufSource(msgspec.Struct, frozen=True, tag="gguf"):
+    path: str  # a GGUF file, as written, joined to base_dir when relative; "~" is expanded when it is read
+
+    def __str__(self) -> str:
+        return self.path
+
+
 class RemoteSource(msgspec.Struct, frozen=True, tag="remote"):
     base_url: str  # an OpenAI-compatible API root ending in /v1, no trailing slash
 
@@ -99,7 +108,8 @@ class AnthropicSource(msgspec.Struct, frozen=True, tag="anthropic"):
         return f"{ANTHROPIC_SCHEME}://{self.model}"
 
 
-ResolvedSource = CatalogueSource | LocalSource | HfSource | RemoteSource | AnthropicSource
+ResolvedSource = CatalogueSource | LocalSource | GgufSource | HfSource | RemoteSource | AnthropicSource
+GGUF_SUFFIX = ".gguf"
 
 
 def resolve_source(source: str, *, base_dir: PurePath | None = None) -> ResolvedSource:
@@ -109,7 +119,7 @@ def resolve_source(source: str, *, base_dir: PurePath | None = None) -> Resolved
         raise SourceError("the source is empty; " + _how_to_map())
     match = _SCHEME.match(text)
     if match is None:
-        return LocalSource(path=_join(base_dir, text))
+        return _local(_join(base_dir, text))
     scheme = match.group(1).lower()
     if scheme == CATALOGUE_SCHEME:
         return _catalogue(text, text[match.end() :])
@@ -165,14 +175,19 @@ def _hf(text: str, rest: str) -> HfSource:
     return HfSource(repo=repo, revision=revision or None)
 
 
-def _file(text: str, base_dir: PurePath | None) -> LocalSource:
+def _file(text: str, base_dir: PurePath | None) -> LocalSource | GgufSource:
     parts = urlsplit(text)
     if parts.netloc not in ("", "localhost"):
         raise SourceError(f"source {text!r}: file:// URLs must name a local path (file:///abs/dir)")
     path = unquote(parts.path)
     if not path:
         raise SourceError(f"source {text!r}: the file:// URL has no path")
-    return LocalSource(path=_join(base_dir, path))
+    return _local(_join(base_dir, path))
+
+
+def _local(path: str) -> LocalSource | GgufSource:
+    """A GGUF file when the path ends in ``.gguf`` (any case), else a local directory."""
+    return GgufSource(path=path) if path.rstrip("/").lower().endswith(GGUF_SUFFIX) else LocalSource(path=path)
 
 
 def _remote(text: str) -> RemoteSource:
@@ -214,7 +229,8 @@ def _how_to_map() -> str:
     return (
         f"Map it to a real artifact: a built-in model ({_names()}), a Hugging Face model "
         f"(`source: hf://org/name`, optionally `@revision`), a local Hugging Face checkpoint directory "
-        f"(config.json, *.safetensors, tokenizer.json), or a local ONNX export directory "
+        f"(config.json, *.safetensors, tokenizer.json), a local GGUF file (`source: ./models/x.gguf`), "
+        f"or a local ONNX export directory "
         f"in optimum layout (model.onnx, tokenizer.json, config.json; e.g. `source: ./models/my-router-onnx`, "
         f"exported with `optimum-cli export onnx --task text-generation-with-past`), "
         f"or, for tier remote, an OpenAI-compatible endpoint (`source: https://host/v1`) "

@@ -1,4 +1,4 @@
-"""Rebuild a SentencePiece-BPE tokenizer (Gemma 3 style) from a GGUF vocabulary.
+"""Rebuild a SentencePiece-BPE tokenizer (Gemma 3 style, or Llama 2 style) from a GGUF vocabulary.
 
 transformers 4.57 turns the Gemma 3 GGUF vocabulary into a Unigram tokenizer, which splits
 words differently from the model's real tokenizer. The real one is SentencePiece BPE:
@@ -12,6 +12,10 @@ words differently from the model's real tokenizer. The real one is SentencePiece
 
 The GGUF converter (llama.cpp) rewrote ``▁`` as a space inside user-defined pieces; they
 are restored here so that they match the normalised text.
+
+Llama 2 style (``add_space_prefix``, llama.cpp's default for SentencePiece): a ``▁`` is put before
+the text, and before the text after each special token, as SentencePiece's dummy prefix; decoding
+strips it again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class SpmVocab(msgspec.Struct, frozen=True):
     unknown_token_id: int
     padding_token_id: int | None
     add_bos_token: bool
+    add_space_prefix: bool = False  # Gemma: none; Llama 2, Mistral, Phi-3: a leading ``▁``
 
     def __post_init__(self) -> None:
         if not len(self.tokens) == len(self.scores) == len(self.types):
@@ -90,9 +95,15 @@ def build_tokenizer(vocab: SpmVocab) -> Tokenizer:
         byte_fallback=True,
     )
     tokenizer = Tokenizer(model)
-    tokenizer.normalizer = normalizers.Replace(" ", SPACE)
+    replace = normalizers.Replace(" ", SPACE)
+    tokenizer.normalizer = (
+        normalizers.Sequence([normalizers.Prepend(SPACE), replace]) if vocab.add_space_prefix else replace
+    )
     tokenizer.pre_tokenizer = None
-    tokenizer.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if vocab.add_space_prefix:
+        steps.append(decoders.Strip(" ", 1, 0))
+    tokenizer.decoder = decoders.Sequence(steps)
     # Added tokens are matched before BPE. Control pieces are "special" (skipped when decoding
     # with skip_special_tokens); user-defined pieces are ordinary text.
     tokenizer.add_tokens(

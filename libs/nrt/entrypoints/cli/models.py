@@ -63,10 +63,11 @@ from nrt.adapters.catalogue.checkpoints import (
     user_models,
 )
 from nrt.adapters.catalogue.entry import CatalogueEntry
+from nrt.adapters.catalogue.gguf_source import gguf_checkpoint
 from nrt.adapters.catalogue.greedy import decode_speed
 from nrt.adapters.catalogue.hub import checkout
 from nrt.adapters.catalogue.record import encode_record
-from nrt.adapters.catalogue.sources import HfSource
+from nrt.adapters.catalogue.sources import GgufSource, HfSource
 from nrt.core.vocabulary import WeightFormat
 
 EXIT_UNKNOWN = 2
@@ -100,7 +101,9 @@ def list_models() -> None:
     _out.print(table)
     own = user_models()
     if not own:
-        click.echo("operators' models: none prepared (nrt models add hf://org/name, or a checkpoint directory)")
+        click.echo(
+            "operators' models: none prepared (nrt models add hf://org/name, a checkpoint directory or a .gguf file)"
+        )
         return
     mine = Table(title=f"Operators' models ({settings.models_dir()})")
     mine.add_column("name", no_wrap=True)  # what `nrt models rm` takes: never broken
@@ -185,8 +188,8 @@ def add_model(
     source: str, force: bool, providers: tuple[str, ...], quantization: str | None, label: str | None
 ) -> None:
     """Prepare an operator's own model: SOURCE is hf://org/name[@revision] (fetched into the Hugging Face
-    cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE) or a local Hugging Face checkpoint
-    directory (config.json, *.safetensors, tokenizer.json)."""
+    cache, honouring HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE), a local Hugging Face checkpoint
+    directory (config.json, *.safetensors, tokenizer.json) or a local GGUF file (./x.gguf, de-quantised first)."""
     weights = WeightFormat(quantization) if quantization else None
     fmt = cpu_format(weights)
     try:
@@ -194,12 +197,15 @@ def add_model(
         if isinstance(resolved, HfSource):
             click.echo(f"fetching {resolved} into the Hugging Face cache")
             checkpoint = _readable_checkpoint(lambda: hub_checkpoint(checkout(resolved), fmt))
+        elif isinstance(resolved, GgufSource):
+            checkpoint = _readable_checkpoint(lambda: gguf_checkpoint(Path(resolved.path), fmt))
         elif isinstance(resolved, LocalSource) and is_checkpoint(Path(resolved.path).expanduser()):
             checkpoint = _readable_checkpoint(lambda: local_checkpoint(Path(resolved.path), fmt))
         else:
             _fail(
-                f"{source} is not an operator's checkpoint (hf://org/name[@revision], or a directory with config.json "
-                f"and *.safetensors); `nrt models prepare` takes catalogue models and ONNX export directories",
+                f"{source} is not an operator's checkpoint (hf://org/name[@revision], a directory with config.json "
+                f"and *.safetensors, or a .gguf file); `nrt models prepare` takes catalogue models and ONNX export "
+                f"directories",
                 EXIT_UNKNOWN,
             )
     except SourceError as exc:
@@ -392,7 +398,7 @@ def _local_artifact(text: str) -> PreparedArtifact:
     if isinstance(source, RemoteSource | AnthropicSource):
         click.echo(f"{source} is a remote endpoint: nothing to prepare")
         sys.exit(0)
-    if isinstance(source, HfSource):
+    if isinstance(source, HfSource | GgufSource):
         _fail(f"{source} is an operator's model: prepare it with `nrt models add {source}`", EXIT_UNKNOWN)
     if not isinstance(source, LocalSource):
         return _ready_catalogue(source.name)
