@@ -52,7 +52,7 @@ def save_gguf(directory: Path, model_type: str, *, seed: int = 0, quantization: 
     """A tiny random ``model_type`` model in ``directory``: its checkpoint (``checkpoint/``) and the
     GGUF llama.cpp would write from it (``<model_type>.gguf``; ``quantization``: F32, BF16 or Q8_0)."""
     checkpoint = save_checkpoint(
-        directory / "checkpoint", model_type, seed=seed, **_LLAMA_CPP_HPARAMS.get(model_type, {})
+        directory / "checkpoint", model_type, seed=seed, config=_LLAMA_CPP_HPARAMS.get(model_type, {})
     )
     return GgufModel(write_gguf(checkpoint, directory / f"{model_type}.gguf", quantization=quantization), checkpoint)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nrt.testing.tiny_models import build_tokenizer
 
@@ -38,7 +38,13 @@ _COMMON: dict[str, Any] = {
 }
 
 
-def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[..., Any]:
+class ModelFactory(Protocol):
+    """A random model of one architecture: its vocabulary size, and what its config changes from the tiny one."""
+
+    def __call__(self, vocab: int, **overrides: Any) -> Any: ...
+
+
+def _decoder(config_class: str, model_class: str, **extra: Any) -> ModelFactory:
     def make(vocab: int, **overrides: Any) -> Any:
         transformers = _transformers()
         config = getattr(transformers, config_class)(vocab_size=vocab, **{**_COMMON, **extra, **overrides})
@@ -54,21 +60,20 @@ def _transformers() -> Any:
 
 def _bert(vocab: int, **overrides: Any) -> Any:
     transformers = _transformers()
-    config = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        **overrides,
-    )
+    settings: dict[str, Any] = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 256,
+        "pad_token_id": 0,
+    }
+    config = transformers.BertConfig(vocab_size=vocab, **{**settings, **overrides})
     return transformers.BertModel(config).eval()
 
 
-# model_type -> a tiny random model of it (the vocabulary size given, and any config values to override)
-ARCHITECTURES: dict[str, Callable[..., Any]] = {
+# model_type -> a tiny random model of it (the vocabulary size given; config overrides make it bigger)
+ARCHITECTURES: dict[str, ModelFactory] = {
     "llama": _decoder("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2),
     "mistral": _decoder("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, sliding_window=None),
     "qwen2": _decoder("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2),
@@ -83,9 +88,11 @@ ARCHITECTURES: dict[str, Callable[..., Any]] = {
 }
 
 
-def save_checkpoint(directory: Path, model_type: str, *, seed: int = 0, **overrides: Any) -> Path:
-    """A tiny random ``model_type`` checkpoint in ``directory``, as ``save_pretrained`` writes one
-    (``overrides``: config values other than the tiny defaults)."""
+def save_checkpoint(
+    directory: Path, model_type: str, *, seed: int = 0, config: Mapping[str, Any] | None = None
+) -> Path:
+    """A tiny random ``model_type`` checkpoint in ``directory``, as ``save_pretrained`` writes one;
+    ``config``: what its config changes (sizes: ``hidden_size``, ``num_hidden_layers``, ...)."""
     import torch
 
     transformers = _transformers()
@@ -99,7 +106,7 @@ def save_checkpoint(directory: Path, model_type: str, *, seed: int = 0, **overri
         chat_template=CHAT_TEMPLATE,
     )
     torch.manual_seed(seed)
-    model = ARCHITECTURES[model_type](vocab, **overrides)
+    model = ARCHITECTURES[model_type](vocab, **(config or {}))
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
     return directory

@@ -194,7 +194,10 @@ def test_a_gguf_with_llama3_rope_scaling_keeps_it(home: Path, tmp_path: Path) ->
         "original_max_position_embeddings": 8192,
     }
     checkpoint = gguf_files.save_checkpoint(
-        tmp_path / "llama3", "llama", seed=5, rope_scaling=scaling, rope_theta=500000.0, max_position_embeddings=16384
+        tmp_path / "llama3",
+        "llama",
+        seed=5,
+        config={"rope_scaling": scaling, "rope_theta": 500000.0, "max_position_embeddings": 16384},
     )
     gguf = gguf_files.write_gguf(checkpoint, tmp_path / "llama3.gguf")  # the factors as a rope_freqs tensor
     ours = write_checkpoint(gguf, tmp_path / "back")
