@@ -12,15 +12,6 @@
 # Air-gapped builds: every install is pip's, so PIP_FIND_LINKS and PIP_NO_INDEX (build arguments,
 # unset by default) point it at a wheelhouse instead of PyPI (scripts/offline-build does).
 
-# The project's files, as the install step reads them (one list for every stage).
-FROM scratch AS source
-COPY pyproject.toml requirements.lock README.md alembic.ini /app/
-COPY scripts/bootstrap /app/scripts/bootstrap
-COPY libs /app/libs
-COPY services /app/services
-COPY migrations /app/migrations
-COPY manifests /app/manifests
-
 # Everything installed (dev, export), then the example manifests' catalogue models prepared once.
 FROM python:3.11-slim-bookworm AS build
 ARG PIP_FIND_LINKS
@@ -33,7 +24,14 @@ ENV PYTHONUNBUFFERED=1 \
     # the CPU build of torch (model export only) lives on PyTorch's own index
     PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 WORKDIR /app
-COPY --from=source /app /app
+# the project's files, as the install step reads them (the same in every stage; from the context, which
+# the classic builder caches by content, where a `FROM scratch` stage of them would miss its cache)
+COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY scripts/bootstrap /app/scripts/bootstrap
+COPY libs /app/libs
+COPY services /app/services
+COPY migrations /app/migrations
+COPY manifests /app/manifests
 # The same install step as the README's commands (scripts/up and scripts/test run it).
 RUN scripts/bootstrap
 RUN .venv/bin/nrt models prepare minilm-l6 && .venv/bin/nrt models prepare gemma3-270m
@@ -50,7 +48,12 @@ ENV PYTHONUNBUFFERED=1 \
     # the runtime alone, with the CPU build of ONNX Runtime
     NRT_EXTRAS=""
 WORKDIR /app
-COPY --from=source /app /app
+COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY scripts/bootstrap /app/scripts/bootstrap
+COPY libs /app/libs
+COPY services /app/services
+COPY migrations /app/migrations
+COPY manifests /app/manifests
 RUN scripts/bootstrap
 # the unprivileged user the services run as; NRT_HOME is its, the models (copied below) stay root's
 RUN groupadd --system --gid 10001 nrt \
@@ -85,7 +88,12 @@ ENV PYTHONUNBUFFERED=1 \
     NRT_GPU=1 \
     NRT_EXTRAS=""
 WORKDIR /app
-COPY --from=source /app /app
+COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY scripts/bootstrap /app/scripts/bootstrap
+COPY libs /app/libs
+COPY services /app/services
+COPY migrations /app/migrations
+COPY manifests /app/manifests
 RUN scripts/bootstrap
 # the unprivileged user the services run as; NRT_HOME is its, the models (copied below) stay root's
 RUN groupadd --system --gid 10001 nrt \
