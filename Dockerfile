@@ -55,15 +55,17 @@ COPY services /app/services
 COPY migrations /app/migrations
 COPY manifests /app/manifests
 RUN scripts/bootstrap
-# the unprivileged user the services run as; NRT_HOME is its, the models (copied below) stay root's
-RUN groupadd --system --gid 10001 nrt \
+# the unprivileged user the services run as; NRT_HOME is its, the models (copied below) and the code
+# stay root's, so the code is compiled here (else every process, health checks too, compiles it again)
+RUN .venv/bin/python -m compileall -q libs services \
+    && groupadd --system --gid 10001 nrt \
     && useradd --system --uid 10001 --gid nrt --home-dir /var/lib/nrt --no-create-home --shell /usr/sbin/nologin nrt \
     && mkdir -p /var/lib/nrt/outbox && chown -R nrt:nrt /var/lib/nrt
 COPY --from=build /var/lib/nrt/models /var/lib/nrt/models
 COPY deploy/image/healthcheck /usr/local/bin/nrt-healthcheck
 ENV PATH=/app/.venv/bin:$PATH
 USER nrt
-HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]
+HEALTHCHECK --interval=10s --timeout=15s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]
 CMD ["nrt", "--help"]
 
 # The same models plus the causal models' CUDA variants (fp16 weights, in models/NAME/cuda/), built
@@ -95,13 +97,15 @@ COPY services /app/services
 COPY migrations /app/migrations
 COPY manifests /app/manifests
 RUN scripts/bootstrap
-# the unprivileged user the services run as; NRT_HOME is its, the models (copied below) stay root's
-RUN groupadd --system --gid 10001 nrt \
+# the unprivileged user the services run as; NRT_HOME is its, the models (copied below) and the code
+# stay root's, so the code is compiled here (else every process, health checks too, compiles it again)
+RUN .venv/bin/python -m compileall -q libs services \
+    && groupadd --system --gid 10001 nrt \
     && useradd --system --uid 10001 --gid nrt --home-dir /var/lib/nrt --no-create-home --shell /usr/sbin/nologin nrt \
     && mkdir -p /var/lib/nrt/outbox && chown -R nrt:nrt /var/lib/nrt
 COPY --from=build-cuda /var/lib/nrt/models /var/lib/nrt/models
 COPY deploy/image/healthcheck /usr/local/bin/nrt-healthcheck
 ENV PATH=/app/.venv/bin:$PATH
 USER nrt
-HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]
+HEALTHCHECK --interval=10s --timeout=15s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]
 CMD ["nrt", "--help"]
