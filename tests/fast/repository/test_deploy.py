@@ -148,7 +148,9 @@ def test_the_runtime_images_carry_the_prepared_models_and_no_build_or_dev_tools(
         assert "torch" not in body, name
         assert "PIP_EXTRA_INDEX_URL" not in env, name
         assert re.search(r"^USER nrt$", body, re.MULTILINE), name  # not root
-        assert 'HEALTHCHECK --interval=10s --timeout=15s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]' in body
+        assert (
+            'HEALTHCHECK --interval=10s --timeout=15s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]' in body
+        )
         for arg in ("PIP_FIND_LINKS", "PIP_NO_INDEX"):  # an air-gapped build's wheelhouse, unset by default
             assert f"ARG {arg}\n" in body, name
     assert "NRT_GPU" not in _env(stages["runtime"][1])  # the CPU build of ONNX Runtime
