@@ -40,7 +40,7 @@ from compose_kit import (
     pull,
     run,
 )
-from fault_kit import Outcome, Traffic, check_log, served
+from fault_kit import Outcome, Traffic, check_log, request_events, served
 from paths import ROOT
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(3600)]
@@ -86,7 +86,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
     )
     workdir = tmp_path_factory.mktemp("compose")
     stack = ComposeStack(compose, workdir)
-    stack("down", "-v", "--remove-orphans")  # what an interrupted earlier run may have left
     setup = [str(ROOT / "scripts" / "compose-setup"), "--env-file", str(stack.env_file)]
     setup += ["--offline"] * offline + ["--without-observability"] * (not observability)
     cached = has_image("nrt:latest")
@@ -96,6 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
         stack.timings[f"build ({attempt}{', image cached before' if cached and attempt == 'first' else ''})"] = (
             time.monotonic() - started
         )
+    stack("down", "-v", "--remove-orphans")  # what an interrupted earlier run may have left
     try:
         for attempt in ("first: fresh volumes", "again: the volumes kept"):
             started = time.monotonic()
@@ -228,9 +228,10 @@ async def _traffic_across_a_restart(stack: ComposeStack) -> tuple[list[Outcome],
 
 
 def test_a_worker_restarted_under_traffic_loses_no_request_from_the_log(stack: ComposeStack) -> None:
+    earlier = set(asyncio.run(request_events(stack.database_url)))  # the requests of the tests before
     outcomes, back = asyncio.run(_traffic_across_a_restart(stack))
     env = {"NRT_DATABASE_URL": stack.database_url, "NRT_NATS_URL": f"nats://127.0.0.1:{stack.ports['NATS']}"}
-    report = check_log(outcomes, stack.database_url, stack.url, stack.admin_headers, env)
+    report = check_log(outcomes, stack.database_url, stack.url, stack.admin_headers, env, earlier)
     assert report.served > 0
     print(
         f"\n[compose] restart specialist_worker under traffic: serving again after {back:.1f} s; "
