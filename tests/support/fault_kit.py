@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,11 +283,18 @@ class LogReport:
 
 
 def check_log(
-    outcomes: list[Outcome], database_url: str, url: str, headers: Mapping[str, str], env: Mapping[str, str]
+    outcomes: list[Outcome],
+    database_url: str,
+    url: str,
+    headers: Mapping[str, str],
+    env: Mapping[str, str],
+    earlier: Collection[str] = frozenset(),
 ) -> LogReport:
     """Every admitted request recorded exactly once with the outcome its client saw; chain intact; replay == live.
 
-    Waits (bounded) for the recorder to catch up with the traffic before it compares."""
+    ``earlier``: the ids of requests already in the log before this traffic (a stack that served before),
+    which are not this traffic's strays. Waits (bounded) for the recorder to catch up with the traffic
+    before it compares."""
     admitted = {o.request_id: o for o in outcomes if o.request_id is not None}
     assert len(admitted) == sum(1 for o in outcomes if o.request_id is not None), "a request id was reused"
 
@@ -312,7 +319,7 @@ def check_log(
         if served(outcome):
             assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
             assert counts["RequestRouted"] == int(outcome.routed), (request_id, counts, outcome)
-    strays = set(found) - set(admitted)
+    strays = set(found) - set(admitted) - set(earlier)
     assert not strays, f"request events for requests no client sent: {sorted(strays)[:5]}"
 
     verified = nrt("audit", "verify", env=env)

@@ -22,8 +22,29 @@ def test_compose_has_infrastructure_with_health_checks() -> None:
         assert "image" in services[name], name
         assert services[name]["healthcheck"]["test"], name
     assert "-js" in services["nats"]["command"]
-    assert "4318:4318" in services["jaeger"]["ports"]  # OTLP over HTTP
+    assert "127.0.0.1:${NRT_PUBLISH_OTLP_PORT:-4318}:4318" in services["jaeger"]["ports"]  # OTLP over HTTP
     assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    # the first start's init server answers on its Unix socket only: health is asked over TCP
+    assert services["postgres"]["healthcheck"]["test"][1:4] == ["pg_isready", "-h", "127.0.0.1"]
+
+
+def test_every_port_is_published_on_the_loopback_only_and_each_host_port_can_be_chosen() -> None:
+    for name, service in _compose()["services"].items():
+        for port in service.get("ports", []):
+            published = re.fullmatch(r"(\$\{[^}]+\}|[0-9.]+):(\$\{[^}]+\}):(\d+)", port)
+            assert published is not None, (name, port)
+            address, host_port, container_port = published.groups()
+            assert address in ("127.0.0.1", "${NRT_PUBLISH_ADDRESS:-127.0.0.1}"), (name, port)
+            assert re.fullmatch(rf"\$\{{NRT_PUBLISH_[A-Z]+_PORT:-{container_port}\}}", host_port), (name, port)
+
+
+def test_jaeger_and_grafana_are_the_observability_profile_and_traces_go_there_only_when_asked() -> None:
+    services = _compose()["services"]
+    assert services["jaeger"]["profiles"] == services["grafana"]["profiles"] == ["observability"]
+    assert services["api_gateway"]["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${NRT_OTLP_ENDPOINT:-}"
+    setup = (ROOT / "scripts" / "compose-setup").read_text()
+    assert 'echo "COMPOSE_PROFILES=observability"' in setup
+    assert 'echo "NRT_OTLP_ENDPOINT=http://jaeger:4318"' in setup
 
 
 def test_every_service_builds_from_the_one_dockerfile_and_is_wired() -> None:
@@ -35,11 +56,13 @@ def test_every_service_builds_from_the_one_dockerfile_and_is_wired() -> None:
         env = service["environment"]
         assert env["NRT_NATS_URL"] == "nats://nats:4222", name
         assert env["NRT_DATABASE_URL"].startswith("postgresql://"), name
-        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318", name
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${NRT_OTLP_ENDPOINT:-}", name
         assert "outbox:/var/lib/nrt/outbox" in service["volumes"], name  # unacknowledged events survive a restart
         assert not any(v.startswith("models:") for v in service["volumes"]), name  # the models are in the image
         assert service["healthcheck"]["test"], name
-    assert services["api_gateway"]["ports"] == ["8080:8080"]
+    assert services["api_gateway"]["ports"] == [
+        "${NRT_PUBLISH_ADDRESS:-127.0.0.1}:${NRT_PUBLISH_GATEWAY_PORT:-8080}:8080"
+    ]
     assert "outbox" in _compose()["volumes"]
 
 
@@ -80,7 +103,8 @@ def _env(body: str) -> dict[str, str]:
 
 def test_dockerfile_installs_exactly_as_the_readme_does() -> None:
     stages = _stages()
-    assert list(stages) == ["source", "build", "build-cuda", "runtime-cuda", "runtime"]  # runtime last: the default
+    # the CPU stages first: the classic builder builds every stage before its target
+    assert list(stages) == ["build", "runtime", "build-cuda", "runtime-cuda"]
     for name in ("build", "runtime-cuda", "runtime"):
         installs = [run for run in _runs(stages[name][1]) if "pip" in run or "bootstrap" in run]
         assert installs == ["scripts/bootstrap"], name  # every Python install is the README's install step
@@ -89,9 +113,18 @@ def test_dockerfile_installs_exactly_as_the_readme_does() -> None:
     assert "./scripts/test" in readme
     for script in ("up", "test"):
         assert "scripts/bootstrap" in (ROOT / "scripts" / script).read_text()
-    source = stages["source"][1]
-    for copied in ("pyproject.toml", "requirements.lock", "libs", "services", "migrations", "manifests", "scripts"):
-        assert copied in source
+    copies = {name: _instructions(stages[name][1], "COPY") for name in ("build", "runtime", "runtime-cuda")}
+    assert copies["runtime"][:6] == copies["runtime-cuda"][:6] == copies["build"]  # the same files everywhere
+    for copied in (
+        "pyproject.toml",
+        "requirements.lock",
+        "libs",
+        "services",
+        "migrations",
+        "manifests",
+        "scripts/bootstrap",
+    ):
+        assert any(copied in c for c in copies["build"]), copied
 
 
 def test_the_runtime_images_carry_the_prepared_models_and_no_build_or_dev_tools() -> None:
@@ -114,6 +147,12 @@ def test_the_runtime_images_carry_the_prepared_models_and_no_build_or_dev_tools(
         ], name  # only the converted models come from a build stage
         assert "torch" not in body, name
         assert "PIP_EXTRA_INDEX_URL" not in env, name
+        assert re.search(r"^USER nrt$", body, re.MULTILINE), name  # not root
+        assert (
+            'HEALTHCHECK --interval=10s --timeout=15s --start-period=30s --retries=10 CMD ["nrt-healthcheck"]' in body
+        )
+        for arg in ("PIP_FIND_LINKS", "PIP_NO_INDEX"):  # an air-gapped build's wheelhouse, unset by default
+            assert f"ARG {arg}\n" in body, name
     assert "NRT_GPU" not in _env(stages["runtime"][1])  # the CPU build of ONNX Runtime
     cuda_base, cuda = stages["runtime-cuda"]
     assert _env(cuda)["NRT_GPU"] == "1"  # onnxruntime-gpu and nvidia-ml-py instead
@@ -137,7 +176,7 @@ def test_the_gpu_profile_runs_a_worker_on_the_cuda_image_with_a_gpu_reserved() -
     assert "outbox:/var/lib/nrt/outbox" in gpu["volumes"]
     for name, service in services.items():  # without the profile nothing else changes or asks for a GPU
         if name != "specialist_worker_gpu":
-            assert "profiles" not in service, name
+            assert service.get("profiles", ["observability"]) == ["observability"], name
             assert "deploy" not in service, name
 
 
