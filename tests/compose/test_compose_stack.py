@@ -70,14 +70,20 @@ def _public_images() -> tuple[bool, str]:
     return offline, how
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+def compose_or_skip() -> list[str]:
+    """The compose command, with a Docker engine answering (started if it can be); else the test is skipped, saying why."""
     reason = docker_engine()
     if reason is not None:
         pytest.skip(reason)
     compose = compose_command()
     if compose is None:
         pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    return compose
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+    compose = compose_or_skip()
     offline, how = _public_images()
     observability = all(has_image(name) for name in OBSERVABILITY_IMAGES)
     print(
@@ -241,12 +247,7 @@ def test_a_worker_restarted_under_traffic_loses_no_request_from_the_log(stack: C
 
 
 def test_the_gpu_profile_builds_its_cuda_image_where_its_base_can_be_pulled(tmp_path: Path) -> None:
-    reason = docker_engine()
-    if reason is not None:
-        pytest.skip(reason)
-    compose = compose_command()
-    if compose is None:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    compose = compose_or_skip()
     if not has_image(CUDA_BASE) and (why := pull(CUDA_BASE)) is not None:
         pytest.skip(f"the GPU profile's base image cannot be had here: {why}")
     stack = ComposeStack(compose, tmp_path, project="nrt-compose-gpu-test")

@@ -16,11 +16,12 @@ from nrt.adapters.catalogue import SourceError, load_record, locate
 from nrt.adapters.catalogue.checkpoints import DECODERS, ENCODERS, TOLERANCE, variant_output
 from nrt.adapters.catalogue.locate import CheckpointNotPrepared
 from nrt.adapters.catalogue.record import ArtifactRecord
-from nrt.adapters.inference import BatchingGenerator, CausalLM, GenerationRequest, build_session, load_weights
+from nrt.adapters.inference import CausalLM, build_session, load_weights
 from nrt.adapters.inference.bare import bare_greedy
 from nrt.core.manifest import ModelSpec, Role, WeightFormat
 from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.testing.hf_checkpoints import ARCHITECTURES, put_in_cache, save_checkpoint
+from serving_check import served_tokens
 
 PROMPT_IDS = [1, 40, 41, 42, 43, 44, 45]
 
@@ -97,16 +98,7 @@ async def test_a_prepared_checkpoint_generates_through_the_serving_path(
 ) -> None:
     put_in_cache(hub, "acme/tiny-qwen2", checkpoints["qwen2"])
     directory, _ = prepared("hf://acme/tiny-qwen2")
-    model = CausalLM(build_session(load_weights(directory), ["CPUExecutionProvider"]), directory)
-    generator = BatchingGenerator(model, max_batch_size=2)
-    try:
-        chunks = [chunk async for chunk in generator.generate(GenerationRequest(prompt="hello there", max_tokens=5))]
-    finally:
-        await generator.aclose()
-    tokens = [token for chunk in chunks for token in chunk.token_ids]
-    assert 1 <= len(tokens) <= 5
-    session = build_session(load_weights(directory), ["CPUExecutionProvider"])
-    assert tokens == bare_greedy(session, model.encode("hello there"), len(tokens))
+    await served_tokens(directory)
 
 
 def test_a_revision_can_be_pinned_and_an_unknown_one_names_what_the_cache_holds(

@@ -23,8 +23,6 @@ from nrt.adapters.catalogue.gguf_config import ARCHITECTURES
 from nrt.adapters.catalogue.gguf_header import BLOCKS
 from nrt.adapters.catalogue.locate import CheckpointNotPrepared
 from nrt.adapters.catalogue.record import ArtifactRecord
-from nrt.adapters.inference import BatchingGenerator, CausalLM, GenerationRequest, build_session, load_weights
-from nrt.adapters.inference.bare import bare_greedy
 from nrt.adapters.inference.chat_template import ChatTemplate
 from nrt.core.manifest import ModelSpec, Role, WeightFormat
 from nrt.core.protocol import ChatMessage
@@ -32,6 +30,7 @@ from nrt.entrypoints.cli.main import cli
 from nrt.hosting.model_sources import LocalArtifact, resolve
 from nrt.testing import gguf_files
 from nrt.testing.gguf_files import GgufModel, save_gguf, write_raw_gguf
+from serving_check import served_tokens
 
 PROMPT_IDS = [1, 40, 41, 42, 43, 44, 45]
 KINDS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
@@ -167,15 +166,7 @@ async def test_a_prepared_gguf_generates_with_its_own_chat_template(home: Path, 
     assert template is not None
     prompt = template.render([ChatMessage(role="user", content="hello there")])
     assert prompt == "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n"
-    model = CausalLM(build_session(load_weights(directory), ["CPUExecutionProvider"]), directory)
-    generator = BatchingGenerator(model, max_batch_size=2)
-    try:
-        chunks = [chunk async for chunk in generator.generate(GenerationRequest(prompt="hello there", max_tokens=5))]
-    finally:
-        await generator.aclose()
-    tokens = [token for chunk in chunks for token in chunk.token_ids]
-    assert 1 <= len(tokens) <= 5
-    assert tokens == bare_greedy(model.session, model.encode("hello there"), len(tokens))
+    await served_tokens(directory)
 
 
 def test_a_q8_0_gguf_is_prepared_and_checked(home: Path, tmp_path: Path) -> None:
