@@ -63,7 +63,8 @@ def _public_images() -> tuple[bool, str]:
         for name in missing[1:]:
             assert pull(name) is None, f"{missing[0]} was pulled but {name} cannot be"
         missing = []
-    if missing:
+    if missing or is_stand_in(DEFAULT_IMAGES[0]):
+        # it builds what is missing and keeps the rest; the wheelhouse follows requirements.lock
         run([str(ROOT / "scripts" / "offline-images")], timeout=1800)
     offline = is_stand_in(DEFAULT_IMAGES[0])
     how = "Debian stand-ins (scripts/offline-images)" if offline else "the public images"
