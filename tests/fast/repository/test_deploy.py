@@ -7,6 +7,8 @@ import tomllib
 
 import yaml
 
+from deploy_files import dockerfile_stages as _stages
+from deploy_files import instructions as _instructions
 from paths import ROOT
 
 SERVICES = ("cluster_state", "specialist_worker", "router_svc", "api_gateway")
@@ -75,21 +77,6 @@ def test_start_order_follows_health() -> None:
     for name in ("specialist_worker", "router_svc"):
         assert services[name]["depends_on"]["cluster_state"]["condition"] == "service_healthy"
     assert set(services["api_gateway"]["depends_on"]) == {"router_svc", "specialist_worker"}
-
-
-def _stages() -> dict[str, tuple[str, str]]:
-    """The Dockerfile's stages in order: name -> (base image, body)."""
-    text = (ROOT / "Dockerfile").read_text()
-    parts = re.split(r"^FROM (\S+) AS (\S+)\n", text, flags=re.MULTILINE)
-    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True)}
-
-
-def _instructions(body: str, keyword: str) -> list[str]:
-    """The stage's ``keyword`` instructions (RUN, ENV, COPY), continuation lines joined, comments dropped."""
-    lines = [line for line in body.splitlines() if not line.strip().startswith("#")]
-    joined = " ".join(line.strip()[:-1] if line.rstrip().endswith("\\") else line.strip() + "\n" for line in lines)
-    found = [" ".join(part.split()) for part in joined.split("\n")]
-    return [line.removeprefix(f"{keyword} ") for line in found if line.startswith(f"{keyword} ")]
 
 
 def _runs(body: str) -> list[str]:
