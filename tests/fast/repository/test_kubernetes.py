@@ -8,7 +8,7 @@ import copy
 import re
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # no py.typed
 import pytest
 import yaml
 from tools import settings_doc
@@ -54,7 +54,8 @@ def _pod(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
-    [container] = _pod(workload)["containers"]
+    containers: list[dict[str, Any]] = _pod(workload)["containers"]
+    [container] = containers
     return container
 
 
