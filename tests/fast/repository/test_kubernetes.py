@@ -146,7 +146,8 @@ def test_the_kustomization_holds_every_file_and_one_namespace() -> None:
     assert layout["namespace"] == "nrt"
     [namespace] = _of_kind("Namespace").values()
     assert namespace["metadata"]["name"] == "nrt"
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
     listed = set(layout["resources"])
     generated_from = {
         file.rpartition("=")[2] for generator in layout["configMapGenerator"] for file in generator.get("files", [])
