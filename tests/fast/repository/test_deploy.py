@@ -5,9 +5,17 @@ from __future__ import annotations
 import re
 import tomllib
 
+import pytest
 import yaml
 
+from deploy_files import compose_file, image_tags, readers
+from deploy_files import dockerfile_stages as _stages
+from deploy_files import instructions as _instructions
 from paths import ROOT
+from settings_env import clean_environment
+from specialist_worker.settings import WorkerSettings
+
+__all__ = ["clean_environment"]  # the autouse fixture: no variable of the table set by the shell running the tests
 
 SERVICES = ("cluster_state", "specialist_worker", "router_svc", "api_gateway")
 
@@ -75,21 +83,6 @@ def test_start_order_follows_health() -> None:
     for name in ("specialist_worker", "router_svc"):
         assert services[name]["depends_on"]["cluster_state"]["condition"] == "service_healthy"
     assert set(services["api_gateway"]["depends_on"]) == {"router_svc", "specialist_worker"}
-
-
-def _stages() -> dict[str, tuple[str, str]]:
-    """The Dockerfile's stages in order: name -> (base image, body)."""
-    text = (ROOT / "Dockerfile").read_text()
-    parts = re.split(r"^FROM (\S+) AS (\S+)\n", text, flags=re.MULTILINE)
-    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True)}
-
-
-def _instructions(body: str, keyword: str) -> list[str]:
-    """The stage's ``keyword`` instructions (RUN, ENV, COPY), continuation lines joined, comments dropped."""
-    lines = [line for line in body.splitlines() if not line.strip().startswith("#")]
-    joined = " ".join(line.strip()[:-1] if line.rstrip().endswith("\\") else line.strip() + "\n" for line in lines)
-    found = [" ".join(part.split()) for part in joined.split("\n")]
-    return [line.removeprefix(f"{keyword} ") for line in found if line.startswith(f"{keyword} ")]
 
 
 def _runs(body: str) -> list[str]:
@@ -239,3 +232,82 @@ def test_prometheus_scrapes_every_service_on_its_metrics_port() -> None:
         port = services[name]["environment"]["NRT_METRICS_PORT"]
         if name != "api_gateway":
             assert targets[name] == [f"{name}:{port}"], name
+
+
+# -- deploy/compose/worker.yml: a worker alone, joining a cluster from another host ---------------------------------
+
+WORKER_COMPOSE = ROOT / "deploy" / "compose" / "worker.yml"
+
+
+def _substituted(value: str) -> str:
+    """A compose value with its ``${VAR:-default}`` as the default and ``${VAR:?why}`` as a sample value."""
+    value = re.sub(r"\$\{NRT_NATS_URL:\?[^}]*\}", "nats://nats.example.com:4222", value)
+    value = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    assert "${" not in value, value  # every other variable has a default
+    return value
+
+
+def test_the_worker_compose_file_runs_a_worker_alone_on_each_image() -> None:
+    services = compose_file(WORKER_COMPOSE)["services"]
+    assert set(services) == {"specialist_worker", "specialist_worker_gpu"}
+    main = _compose()["services"]
+    tags = image_tags()
+    assert (WORKER_COMPOSE.parent / services["specialist_worker"]["build"]["context"]).resolve() == ROOT
+    for name, service in services.items():
+        # the same image, command and health check as the single-host stack's worker of that device
+        assert service["build"] == {"context": "../..", "target": main[name]["build"]["target"]}, name
+        assert service["image"] == main[name]["image"] == tags[service["build"]["target"]], name
+        assert service["command"] == main[name]["command"] == ["python", "-m", "specialist_worker"], name
+        assert service["healthcheck"]["test"] == main[name]["healthcheck"]["test"], name
+        assert "depends_on" not in service, name  # the cluster runs elsewhere
+        assert service["read_only"] is True, name
+        assert service["tmpfs"] == ["/tmp"], name
+    assert "profiles" not in services["specialist_worker"]
+    gpu = services["specialist_worker_gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    assert gpu["deploy"] == main["specialist_worker_gpu"]["deploy"]  # one GPU reserved, as in docker-compose.yml
+
+
+def test_the_worker_compose_file_reads_only_settings_a_worker_has_and_needs_nats_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_by = readers()
+    for name, service in compose_file(WORKER_COMPOSE)["services"].items():
+        env = service["environment"]
+        for variable in env:
+            if variable.startswith(("NRT_", "OTEL_")):
+                assert "specialist_worker" in read_by.get(variable, set()), (name, variable)
+        assert "NRT_DATABASE_URL" not in env, name  # a worker never reaches PostgreSQL
+        assert env["NRT_NATS_URL"].startswith("${NRT_NATS_URL:?"), name  # no default: the cluster's NATS, given
+        # its own seed, from a folder mounted read-only that holds it alone
+        [bus] = service["volumes"]
+        source, target, mode = bus.rsplit(":", 2)
+        assert source.startswith("${NRT_BUS_DIR:?"), name
+        assert mode == "ro", name
+        assert env["NRT_NATS_NKEY_SEED_FILE"] == f"{target}/specialist_worker.nk", name
+        # the values, defaults taken, are ones the worker's settings accept
+        with monkeypatch.context() as patched:
+            for variable, value in env.items():
+                patched.setenv(variable, _substituted(str(value)))
+            settings = WorkerSettings.from_env()
+        assert settings.nats_url == "nats://nats.example.com:4222", name
+        assert settings.metrics_port == 9464, name
+        [port] = service["ports"]
+        published = re.fullmatch(
+            r"\$\{NRT_PUBLISH_ADDRESS:-127\.0\.0\.1\}:\$\{NRT_PUBLISH_[A-Z_]+_PORT:-(\d+)\}:(\d+)", port
+        )
+        assert published is not None, (name, port)  # on the loopback unless asked, each host port a variable
+        assert int(published[2]) == settings.metrics_port, name
+
+
+def test_the_readme_shows_the_worker_compose_file_as_its_header_does() -> None:
+    header = WORKER_COMPOSE.read_text().split("\nx-worker:", 1)[0]
+    readme = (ROOT / "README.md").read_text()
+    for command in (
+        "docker compose -f deploy/compose/worker.yml up -d",
+        "docker compose -f deploy/compose/worker.yml --profile gpu up -d specialist_worker_gpu",
+        'sudo chown "$(id -u):10001" bus/specialist_worker.nk && chmod 0640 bus/specialist_worker.nk',
+        "export NRT_NATS_URL=nats://nats.example.com:4222 NRT_BUS_DIR=$PWD/bus",
+    ):
+        assert command in header, command
+        assert command in readme, command
