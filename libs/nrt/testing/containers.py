@@ -55,6 +55,29 @@ def docker_available(timeout: float = 1.0) -> bool:
         return False
 
 
+def unavailable_images(*images: str) -> str | None:
+    """Why a container of ``images`` cannot start here (None: each is present, or was just pulled):
+    testcontainers needs its Ryuk reaper image too, unless it is disabled. A Docker engine that
+    answers may still reach no registry (an air-gapped host, CI here)."""
+    import docker  # type: ignore[import-untyped,unused-ignore]
+    from testcontainers.core.config import testcontainers_config
+
+    wanted = [*images] + ([] if testcontainers_config.ryuk_disabled else [testcontainers_config.ryuk_image])
+    client = docker.from_env()
+    try:
+        for image in wanted:
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                try:
+                    client.images.pull(image)
+                except docker.errors.APIError as exc:
+                    return f"{image} is not here and cannot be pulled ({str(exc).splitlines()[0][:200]})"
+    finally:
+        client.close()
+    return None
+
+
 class _Container(ServerHandle):
     """Shared start/stop shape of the container wrappers."""
 

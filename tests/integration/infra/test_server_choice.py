@@ -12,7 +12,14 @@ from sqlalchemy.engine import make_url
 
 from nrt.adapters.infra import probe_jetstream, to_libpq, to_sqlalchemy
 from nrt.entrypoints.cli.up import database_backing
-from nrt.testing.containers import ContainerNats, ContainerPostgres, docker_available
+from nrt.testing.containers import (
+    DEFAULT_NATS_IMAGE,
+    DEFAULT_POSTGRES_IMAGE,
+    ContainerNats,
+    ContainerPostgres,
+    docker_available,
+    unavailable_images,
+)
 from nrt.testing.servers import nats_server, postgres_server
 
 if TYPE_CHECKING:
@@ -93,8 +100,17 @@ async def test_embedded_fallback_without_env_or_docker(monkeypatch: pytest.Monke
     assert (tmp_path / "pg" / "pgdata" / "PG_VERSION").is_file()
 
 
-@pytest.mark.skipif(not DOCKER, reason="no Docker engine answers")
+def skip_without(image: str) -> None:
+    """Skip, saying why, where no Docker engine answers or the images cannot be had."""
+    if not DOCKER:
+        pytest.skip("no Docker engine answers")
+    reason = unavailable_images(image)
+    if reason is not None:
+        pytest.skip(reason)
+
+
 async def test_container_nats_has_jetstream() -> None:
+    skip_without(DEFAULT_NATS_IMAGE)
     with ContainerNats() as server:
         host, port = server.url.removeprefix("nats://").rsplit(":", 1)
         assert probe_jetstream(host, int(port)) is None
@@ -105,8 +121,8 @@ async def test_container_nats_has_jetstream() -> None:
         await client.close()
 
 
-@pytest.mark.skipif(not DOCKER, reason="no Docker engine answers")
 def test_container_postgres_answers() -> None:
+    skip_without(DEFAULT_POSTGRES_IMAGE)
     with ContainerPostgres() as server:
         assert server.url.startswith("postgresql+psycopg://")
         url = server.ensure_database("nrt_test")
