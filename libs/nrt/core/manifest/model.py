@@ -77,6 +77,9 @@ class ModelSpec:
     remote_model: str | None = None
     api_key_env: str | None = None
     base_url: str | None = None
+    # Specialists and the fallback: how many workers hold a copy (a session's turns stay on the copy
+    # holding its KV; the others take its turns when that worker is lost). The entry model is on every router host.
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +88,17 @@ class Resources:
     ram_budget: int | None = None  # bytes for standby models
 
 
+# A conversation's next turn stays on the specialist that answered its last turn unless the router's
+# score for the new target beats that specialist's own score by at least this much (bench.routing's
+# "sticky margin" figures chose it).
+STICKY_MARGIN = 0.1
+
+
 @dataclass(frozen=True, slots=True)
 class Routing:
     entry: str
     dispatch_rule: DispatchRule
+    sticky_margin: float = STICKY_MARGIN  # see STICKY_MARGIN; 0: every turn goes where its own decision says
 
 
 @dataclass(frozen=True, slots=True)
