@@ -195,7 +195,7 @@ def test_a_fixed_route_has_no_stickiness_to_apply() -> None:
 
 
 def test_the_sticky_margin_defaults_and_parses() -> None:
-    assert support().routing.sticky_margin == pytest.approx(0.1)
+    assert support().routing.sticky_margin == pytest.approx(0.02)
     assert support(margin="0.25").routing.sticky_margin == pytest.approx(0.25)
     assert support(margin="0").routing.sticky_margin == 0.0
 
