@@ -8,6 +8,7 @@ answered turn 1 and prefills only the new tokens. Then ``w-proc`` is stopped (SI
 its session on its way to it, and killed (SIGKILL) before answering: cluster_state declares it lost,
 the gateway sends the request once more, avoiding it, and ``w-gateway`` answers with a cold prefill;
 the request is in the log once (admitted, completed), and the session's next turn stays on its new worker.
+Another session of ``w-proc``'s, idle when it died, has its next turn answered by ``w-gateway``, cold.
 """
 
 from __future__ import annotations
@@ -145,6 +146,12 @@ async def test_turns_follow_the_kv_and_a_request_whose_worker_dies_first_is_answ
                 assert two.reused_tokens == cached == first["prompt_tokens"] + first["completion_tokens"] - 1
                 assert second["prompt_tokens"] - cached < first["prompt_tokens"]  # only the new turn was prefilled
 
+            # a second conversation on w-proc, idle when w-proc dies
+            idle = session_on(PROCESS, "idle")
+            histories[idle] = []
+            await turn(stack, idle, histories[idle], "My card ends in 0042.")
+            assert (await touches(stack, idle, 1))[0].worker_id == PROCESS
+
             # w-proc stops with a turn of its session on the way to it, and dies before answering
             session_id = sessions[PROCESS]
             await follower.wait_for(lambda s: session_id in s.sessions and s.sessions[session_id].turns == 2, within=10)
@@ -164,6 +171,12 @@ async def test_turns_follow_the_kv_and_a_request_whose_worker_dies_first_is_answ
             assert moved.worker_id == IN_PROCESS  # the other copy answered
             assert moved.reused_tokens == 0 == usage["prompt_tokens_details"]["cached_tokens"]  # a cold prefill
             assert usage["completion_tokens"] > 0
+
+            # the idle conversation's next turn, sent once w-proc is known lost, goes to w-gateway: a cold prefill
+            _, idle_usage = await turn(stack, idle, histories[idle], "Which card was it?")
+            idle_moved = (await touches(stack, idle, 2))[1]
+            assert idle_moved.worker_id == IN_PROCESS
+            assert idle_moved.reused_tokens == 0 == idle_usage["prompt_tokens_details"]["cached_tokens"]
 
             # the session's next turn stays on its new worker, which now holds its KV
             _, fourth = await turn(stack, session_id, histories[session_id], "Thanks.")
