@@ -11,7 +11,7 @@ import pytest
 from cluster_helpers import T0, applied, joined, manifest_text, placed, router_host, view
 from nrt.core.events import Event, SessionKvEvicted, SessionTouched, WorkerLost
 from nrt.core.manifest import Manifest, ManifestError, parse_manifest
-from nrt.core.policies import Control, Emit, Refuse, Tick, decide, note_sent
+from nrt.core.policies import Control, Emit, Refuse, Tick, budget_problems, decide, note_sent
 from nrt.core.routing import (
     Decision,
     choose_worker,
@@ -251,3 +251,10 @@ def test_a_second_copy_waits_for_a_second_worker() -> None:
     billing = [c.worker_id for c in commands if isinstance(c, Control) and c.command.model_id == "billing"]
     assert billing == ["w1"]
     assert not [c for c in commands if isinstance(c, Refuse) and c.model_id == "billing"]  # served: no refusal
+
+
+def test_each_replica_counts_against_the_budget() -> None:
+    assert budget_problems(support(replicas=2), ClusterState()) == []  # router, billing x2, technical: 4 GB of 4 GB
+    problems = budget_problems(support(replicas=3), ClusterState())
+    assert len(problems) == 1
+    assert "resident models need 5 GB" in problems[0]

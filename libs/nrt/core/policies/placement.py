@@ -235,7 +235,7 @@ def fits_everywhere(
 
 
 def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
-    """Declared tiers against the manifest's budgets; models sharing a source are counted once."""
+    """Declared tiers against the manifest's budgets; models sharing a source are counted once (per replica)."""
     problems = []
     for tier in (Tier.RESIDENT, Tier.STANDBY):
         budget = budget_for(manifest, tier)
@@ -245,7 +245,8 @@ def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
         for spec in manifest.models:
             if spec.tier is tier:
                 ids, known = by_source.get(spec.source, ([], 0))
-                by_source[spec.source] = ([*ids, spec.id], max(known, footprint(spec, cluster)))
+                copies = footprint(spec, cluster) * spec.replicas  # each replica holds its own copy
+                by_source[spec.source] = ([*ids, spec.id], max(known, copies))
         total = sum(n for _, n in by_source.values())
         if total > budget:
             parts = ", ".join(f"{'+'.join(ids)} {size(n)}" for ids, n in by_source.values())
