@@ -11,15 +11,19 @@ live on but reach no other host (and none reaches them) until :meth:`Host.heal`.
 
 Traffic stays on this machine: the subnet exists only on the bridge and in the namespaces made
 here, and everything is removed on exit (a namespace or bridge left by a killed run of the same
-subnet is removed before it is made again). Needs root and iproute2: :func:`unavailable` says why a
+subnet is removed before it is made again). A server of this namespace that listens on loopback only
+(a test's PostgreSQL) is reached from the hosts through :meth:`HostNetwork.expose`. Needs root and iproute2: :func:`unavailable` says why a
 test cannot run where they are missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +117,7 @@ class HostNetwork:
     count: int
     subnet: int = -1  # K of 10.231.K.0/24: the first free one when not given
     hosts: list[Host] = field(default_factory=list)
+    _listeners: list[socket.socket] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 1 <= self.count <= MAX_HOSTS:
@@ -165,6 +170,9 @@ class HostNetwork:
 
     def _remove(self) -> None:
         """Every namespace, link and the bridge of this subnet, whether this run made them or not."""
+        for listener in self._listeners:
+            listener.close()
+        self._listeners = []
         namespaces = set(_ip("netns", "list", check=False).stdout.split())
         links = {line.split(":")[1].strip().split("@")[0] for line in _ip("-o", "link", "show").stdout.splitlines()}
         for index in range(1, MAX_HOSTS + 1):
@@ -176,3 +184,44 @@ class HostNetwork:
         if self.bridge in links:
             _ip("link", "delete", self.bridge, check=False)
         self.hosts = []
+
+    def expose(self, port: int) -> int:
+        """Make ``127.0.0.1:port`` of this namespace reachable from the hosts at :attr:`address`; the port there.
+
+        A thread forwards each connection for as long as this network lives."""
+        listener = socket.create_server((self.address, 0))
+        self._listeners.append(listener)
+        threading.Thread(target=_forward_all, args=(listener, port), daemon=True, name=f"expose {port}").start()
+        bound: int = listener.getsockname()[1]
+        return bound
+
+
+def _forward_all(listener: socket.socket, port: int) -> None:
+    """Accept on ``listener`` until it is closed; join each connection to ``127.0.0.1:port``."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return  # closed with the network
+        try:
+            server = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            client.close()
+            continue
+        server.settimeout(None)
+        for source, sink in ((client, server), (server, client)):
+            threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source`` to ``sink`` until either ends, then close both."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,3 +88,21 @@ def test_the_network_is_removed_on_exit() -> None:
     assert not any(namespace in listed for namespace in namespaces)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     assert f" {bridge}:" not in links
+
+
+def test_a_loopback_server_here_is_exposed_to_the_hosts(network: HostNetwork) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = network.expose(server.getsockname()[1])
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(b"root:" + conn.recv(100))
+
+        threading.Thread(target=answer, daemon=True).start()
+        probe = (
+            "import socket, sys\n"
+            f"c = socket.create_connection(('{network.address}', {port}), timeout=2)\n"
+            "c.sendall(b'hello'); print(c.recv(100).decode())"
+        )
+        assert network.hosts[0].run([sys.executable, "-c", probe]).stdout.strip() == "root:hello"
