@@ -27,8 +27,13 @@ on one PostgreSQL server (``--database-url``, else NRT_DATABASE_URL's, else an e
    ``WorkerJoined`` to the ``ModelPlaced`` decision (their ``occurred_at``: cluster_state's part alone, without
    the command's trip and the bench's own event loop). Then it leaves (``WorkerLost``).
 
-Every figure is printed against the smallest size's, ending with the per-worker cost of the largest
-size against the smallest's (target: flat within 1.5x). ``--profile DIR`` runs cluster_state under
+7. In process, the pure part of that cost (``bench.cluster_policies``): a tick's policies (liveness, stalls,
+   orphans, placement; four ticks a second) per worker, and a heartbeat's bookkeeping, on a state folded
+   from the same manifest and as many workers.
+
+Every figure is printed against the smallest size's; then what each worker added between the smallest and
+the largest fleet (the steady CPU's growth over the workers added: superlinear growth shows there first),
+and last the per-worker cost of the largest size against the smallest's (target: flat within 1.5x). ``--profile DIR`` runs cluster_state under
 cProfile and leaves ``cluster_state-<N>.prof`` there, for finding what grows.
 
     python -m bench.cluster [--workers 10 50 200] [--duration 20] [--probes 5] [--database-url URL]
@@ -57,6 +62,8 @@ import psutil  # type: ignore[import-untyped,unused-ignore]
 import psycopg
 from nats.aio.client import Client
 
+from bench import cluster_policies
+from bench.cluster_policies import PolicyCost
 from bench.common import fresh_database, postgres, report
 from bench.sim_worker import HEARTBEAT_S, SimWorker
 from nrt.adapters.bus import subjects
@@ -71,6 +78,7 @@ from nrt.testing.servers import nats_server
 ENTRY = "router"
 SPECIALISTS = {f"s{i}": Tier.RESIDENT if i < 3 else Tier.STANDBY for i in range(6)}
 MODEL_BYTES = 10**9  # every model's footprint in the manifest, held by a simulated worker per model
+WORKER_RAM = 64 * 10**9  # what each simulated worker offers for models
 MANIFEST = (
     "cluster: bench-cluster\n"
     "resources:\n  gpu_budget: 64GB\n  ram_budget: 64GB\n"
@@ -266,7 +274,7 @@ async def start_fleet(nats_url: str, fleet: list[SimWorker]) -> None:
 
 async def probe_join(nats_url: str, index: int) -> float:
     """A router host joins; the milliseconds from its ``WorkerJoined`` to the entry model's load command."""
-    probe = SimWorker(probe_id(index), role=WorkerRole.ROUTER, model_bytes=MODEL_BYTES)
+    probe = SimWorker(probe_id(index), role=WorkerRole.ROUTER, ram_bytes=WORKER_RAM, model_bytes=MODEL_BYTES)
     await probe.connect(nats_url)
     try:
         joined_at = await probe.join()
@@ -315,7 +323,7 @@ async def measure(
         fresh_database(server) as database_url,
     ):
         nc = await nats.connect(nats_url, name="bench.cluster")
-        fleet = [SimWorker(f"w{i:04d}", model_bytes=MODEL_BYTES) for i in range(workers)]
+        fleet = [SimWorker(f"w{i:04d}", ram_bytes=WORKER_RAM, model_bytes=MODEL_BYTES) for i in range(workers)]
         try:
             log = tmp / f"cluster_state-{workers}.log"
             async with cluster_state(nats_url, database_url, manifest, log, profile) as child:
@@ -372,66 +380,43 @@ async def cpu_over(child: ClusterStateProcess, duration: float) -> tuple[float, 
 # -- the report ------------------------------------------------------------------------------------
 
 
-def print_report(runs: list[SizeRun]) -> None:
-    first = runs[0]
+def print_report(runs: list[SizeRun], policies: list[PolicyCost]) -> None:
+    first, first_policy = runs[0], policies[0]
     print(
         f"{'workers':>8} {'idle %cpu':>10} {'steady %cpu':>12} {'beats/s':>8} {'us/beat':>8} {'raw us/beat':>12} "
-        f"{'join ms':>8} {'decided ms':>11} {'fleet s':>8} {'state B':>9} {'snap B':>9} {'rss MiB':>8}"
+        f"{'join ms':>8} {'decided ms':>11} {'fleet s':>8} {'state B':>9} {'snap B':>9} {'rss MiB':>8} "
+        f"{'tick us':>8} {'beat us':>7}"
     )
-    for run in runs:
+    for run, policy in zip(runs, policies, strict=True):
         print(
-            f"{run.workers:>8} {run.idle_cpu_s / run.idle_s * 100:>10.2f} {run.steady_cpu_s / run.steady_s * 100:>12.2f} "
-            f"{run.beats / run.steady_s:>8.0f} {run.cpu_per_beat_us:>8.1f} {run.raw_cpu_per_beat_us:>12.1f} "
-            f"{run.join_median_ms:>8.1f} {run.decided_median_ms:>11.1f} {run.fleet_s:>8.2f} {run.state_bytes:>9,} {run.snapshot_bytes:>9,} "
-            f"{run.rss_mib:>8.1f}"
+            f"{run.workers:>8} {run.idle_cpu_s / run.idle_s * 100:>10.2f} "
+            f"{run.steady_cpu_s / run.steady_s * 100:>12.2f} {run.beats / run.steady_s:>8.0f} "
+            f"{run.cpu_per_beat_us:>8.1f} {run.raw_cpu_per_beat_us:>12.1f} {run.join_median_ms:>8.1f} "
+            f"{run.decided_median_ms:>11.1f} {run.fleet_s:>8.2f} {run.state_bytes:>9,} {run.snapshot_bytes:>9,} "
+            f"{run.rss_mib:>8.1f} {policy.tick_us:>8.1f} {policy.heartbeat_us:>7.1f}"
         )
     smallest = f"{first.workers} workers"
-    for run in runs:
+
+    def figure(name: str, value: float, unit: str, reference: float, precision: int, target: bool = True) -> None:
+        report(name, value, unit, value / reference, smallest, f"<= {TARGET}" if target else "", precision)
+
+    for run, policy in zip(runs, policies, strict=True):
         n = run.workers
-        report(
-            f"CPU per heartbeat at {n} workers",
-            run.cpu_per_beat_us,
-            "us",
-            run.cpu_per_beat_us / first.cpu_per_beat_us,
-            smallest,
-            f"<= {TARGET}",
-            1,
-        )
-        report(
-            f"WorkerJoined -> placement at {n} workers",
-            run.join_median_ms,
-            "ms",
-            run.join_median_ms / first.join_median_ms,
-            smallest,
-            f"<= {TARGET}",
-            1,
-        )
-        report(
-            f"WorkerJoined -> ModelPlaced (log) at {n} workers",
-            run.decided_median_ms,
-            "ms",
-            run.decided_median_ms / first.decided_median_ms,
-            smallest,
-            f"<= {TARGET}",
-            1,
-        )
-        report(
-            f"fold size at {n} workers",
-            run.snapshot_bytes,
-            "bytes",
-            run.snapshot_bytes / first.snapshot_bytes,
-            smallest,
-        )
-        per_worker, first_per_worker = run.snapshot_bytes / n, first.snapshot_bytes / first.workers
-        report(
-            f"fold size per worker at {n} workers",
-            per_worker,
-            "bytes",
-            per_worker / first_per_worker,
-            smallest,
-            f"<= {TARGET}",
-        )
+        figure(f"CPU per heartbeat at {n} workers", run.cpu_per_beat_us, "us", first.cpu_per_beat_us, 1)
+        figure(f"join -> load command at {n} workers", run.join_median_ms, "ms", first.join_median_ms, 1)
+        figure(f"join -> ModelPlaced (log) at {n} workers", run.decided_median_ms, "ms", first.decided_median_ms, 1)
+        figure(f"fold size at {n} workers", run.snapshot_bytes, "bytes", first.snapshot_bytes, 0, target=False)
+        per_worker = run.snapshot_bytes / n
+        figure(f"fold size per worker at {n} workers", per_worker, "bytes", first.snapshot_bytes / first.workers, 0)
+        first_tick = first_policy.tick_us_per_worker_s
+        figure(f"ticks' policies per worker at {n} workers", policy.tick_us_per_worker_s, "us/s", first_tick, 2)
+        figure(f"heartbeat bookkeeping at {n} workers", policy.heartbeat_us, "us", first_policy.heartbeat_us, 2)
     last = runs[-1]
+    if len(runs) > 1:
+        # what each worker added between the smallest and the largest fleet: superlinear growth shows here first
+        added = (last.marginal_cpu_s / last.steady_s - first.marginal_cpu_s / first.steady_s) * 1e3
+        slope = added / (last.workers - first.workers)
+        figure(f"added cost per worker {first.workers} -> {last.workers}", slope, "ms/s", first.per_worker_ms_per_s, 4)
     ratio = last.per_worker_ms_per_s / first.per_worker_ms_per_s
     report(
         f"per-worker cost at {last.workers} workers",
@@ -463,7 +448,8 @@ async def main(sizes: list[int], duration: float, probes: int, database_url: str
                 flush=True,
             )
             runs.append(run)
-    print_report(runs)
+    policies = [cluster_policies.measure(MANIFEST, SPECIALISTS, n, WORKER_RAM) for n in sizes]
+    print_report(runs, policies)
 
 
 if __name__ == "__main__":

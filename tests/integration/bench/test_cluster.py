@@ -53,18 +53,24 @@ def test_the_cluster_bench_reports_every_figure_per_size(postgres_url: str, repo
     assert lines[0].startswith("cluster: cluster_state with 2, 4 simulated workers")
 
     for n in (2, 4):
-        join_ms, _ = figure(lines, f"WorkerJoined -> placement at {n} workers")
-        decided_ms, _ = figure(lines, f"WorkerJoined -> ModelPlaced (log) at {n} workers")
+        join_ms, _ = figure(lines, f"join -> load command at {n} workers")
+        decided_ms, _ = figure(lines, f"join -> ModelPlaced (log) at {n} workers")
         assert 0 < decided_ms <= join_ms < 30_000, "the decision comes before its command reaches the worker"
         cpu_us, _ = figure(lines, f"CPU per heartbeat at {n} workers")
         assert abs(cpu_us) < 1e6, "a heartbeat's CPU is a finite figure in microseconds"
-    for name in ("CPU per heartbeat", "WorkerJoined -> placement", "fold size", "fold size per worker"):
+    for name in ("CPU per heartbeat", "join -> load command", "fold size", "ticks' policies per worker"):
         assert figure(lines, f"{name} at 2 workers")[1] == 1.0, "the smallest size is its own reference"
 
     small, _ = figure(lines, "fold size at 2 workers")
     large, ratio = figure(lines, "fold size at 4 workers")
     assert 0 < small < large, "two more workers make the folded state larger"
     assert ratio == round(large / small, 2)
+
+    tick_us, _ = figure(lines, "ticks' policies per worker at 4 workers")
+    beat_us, _ = figure(lines, "heartbeat bookkeeping at 4 workers")
+    assert tick_us > 0
+    assert beat_us > 0
+    figure(lines, "added cost per worker 2 -> 4")
 
     last = lines[-1]
     assert re.match(rf"^per-worker cost at 4 workers\s+{NUMBER} ms/s\s+ratio\s+{NUMBER} vs 2 workers", last), last
