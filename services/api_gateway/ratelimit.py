@@ -18,7 +18,9 @@ lower the shared level.
 The bound: over any interval of ``T`` seconds, the requests a key gets admitted across the whole
 cluster stay within ``max(1, rps) + rps * T`` (one bucket's) plus at most ``batch - 1`` per gateway
 (what each may hold, leased and not yet spent), ``batch = max(1, floor(share * max(1, rps)))``.
-Bucket level plus the leases held can only grow by the refill, so nothing else can be spent.
+Bucket level plus the leases held can only grow by the refill, so nothing else can be spent. Times are
+wall-clock seconds, every gateway's own: a gateway whose clock runs ``d`` seconds ahead refills ``rps * d``
+early, once (a bucket's time never goes back, so a clock behind refills nothing until it catches up).
 
 A refusal says which limit and how long until a retry can succeed.
 """
