@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from nrt.core.state import ApiKey
 log = logging.getLogger("api_gateway.limits")
 
 CAS_ATTEMPTS = 32  # compare-and-set attempts before giving up (each loses only to another gateway's write)
+BACKOFF_S = 0.001  # after the n-th lost compare-and-set, wait up to BACKOFF_S * 2**n (random), at most MAX_BACKOFF_S:
+MAX_BACKOFF_S = 0.05  # without it, two gateways asking at once can starve one of them
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(SharedBuckets).decode
 
@@ -138,7 +141,9 @@ class SharedRateLimiter:
     async def _cas(self, key_id: str, change: Callable[[SharedBuckets | None, float], Taken]) -> tuple[Taken, float]:
         """Read the key's shared buckets, apply ``change`` at the time of reading, write at that revision; again
         while another gateway wrote in between."""
-        for _ in range(CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
+            if attempt > 0:
+                await asyncio.sleep(random.uniform(0.0, min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt)))
             self.asked += 1
             try:
                 current = await self.store.read(key_id)
