@@ -292,3 +292,17 @@ async def test_state_that_does_not_decode_is_a_clear_error(cas: MemoryCas) -> No
     await cas.write("k1", b"not json", None)
     with pytest.raises(LimitsUnavailable, match="does not decode"):
         await gateway(cas, Clock()).admit(limited(rps=5))
+
+
+async def test_two_gateways_asking_for_every_request_at_once_all_get_through(cas: MemoryCas) -> None:
+    """A compare-and-set per request (leases of one) from two gateways at once: conflicts are retried after a
+    random wait, so neither is starved into refusing with LimitsUnavailable."""
+    gateways = [gateway(cas, Clock(), share=1e-9) for _ in range(2)]
+    key = limited(rps=1e6)
+
+    async def caller(limiter: SharedRateLimiter) -> list[Refusal | None]:
+        return [await limiter.admit(key) for _ in range(25)]
+
+    results = await asyncio.gather(*(caller(g) for g in gateways for _ in range(8)))
+    assert all(r is None for some in results for r in some)
+    assert sum(g.asked for g in gateways) >= 400  # every admission was a compare-and-set (and some lost one)
