@@ -1,7 +1,10 @@
 """Two gateways and two router_svc (one queue group on ``nrt.route``), each its own process: traffic through
 both gateways is answered and every request is accounted once in the log; one router_svc killed with
 SIGKILL under that traffic loses nothing: the requests it held end fast (served through the other, or a
-clear error) and are recorded, and new requests are served by the other router_svc."""
+clear error) and are recorded, and new requests are served by the other router_svc.
+
+So that the killed router_svc surely holds requests, it is paused (SIGSTOP) for a moment first: what the
+queue group gives it meanwhile waits in its socket, and dies with it."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from nrt.adapters.store import EventStore
 from nrt.core.events import RequestRouted
 
 WARM_S = 3.0  # traffic before the kill
+PAUSE_S = 1.0  # the router_svc is stopped this long before it is killed
 AFTER_S = 6.0  # and after it
 FAIL_FAST_S = 10.0  # a request the killed router_svc held ends within this (the route timeout is 30 s)
 CLIENTS = 3  # per gateway
@@ -42,6 +46,8 @@ async def test_two_gateways_two_routers_and_a_router_killed_under_traffic(
         for t in traffic:
             t.start()
         await asyncio.sleep(WARM_S)
+        paused_at = stack.pause("router_svc-1")
+        await asyncio.sleep(PAUSE_S)
         killed_at = stack.kill("router_svc-1")
         await asyncio.sleep(AFTER_S)
         by_gateway = [await t.stop() for t in traffic]
@@ -57,8 +63,10 @@ async def test_two_gateways_two_routers_and_a_router_killed_under_traffic(
 
     # the requests in flight at the kill ended fast: served (by the other router_svc) or a clear error
     in_flight = [o for o in outcomes if o.sent_at < killed_at < o.sent_at + o.took_s]
+    held = [o for o in in_flight if o.sent_at >= paused_at]  # sent while it was paused: some went to it
+    assert held, "no request was in flight on the paused router_svc when it was killed"
     for o in in_flight:
-        assert o.took_s <= FAIL_FAST_S, o
+        assert o.sent_at + o.took_s - killed_at <= FAIL_FAST_S, o
         assert served(o) or (o.status >= 400 and o.code is not None), o
     failed = [o for o in outcomes if not served(o)]
     assert all(o.sent_at < killed_at for o in failed), [o for o in failed if o.sent_at >= killed_at][:3]
@@ -94,6 +102,9 @@ async def test_two_gateways_two_routers_and_a_router_killed_under_traffic(
     later = {routers[r] for r, o in admitted.items() if o.sent_at >= killed_at and r in routers}
     assert len(before) == 2, before
     assert len(later & before) == 1, (before, later)  # the killed instance routed nothing new
+    survivor = later & before
+    held_routers = {routers.get(o.request_id or "") for o in held if served(o)}
+    assert held_routers <= survivor, (held_routers, survivor)  # what it held went through the other
     strays = set(found) - set(admitted) - stack.probes
     assert not strays, f"request events for requests no client sent: {sorted(strays)[:3]}"
 
@@ -104,6 +115,8 @@ async def test_two_gateways_two_routers_and_a_router_killed_under_traffic(
             "served": sum(1 for o in outcomes if served(o)),
             "per_gateway": "/".join(str(len(some)) for some in by_gateway),
             "in_flight_at_kill": len(in_flight),
+            "held_by_the_paused_router": len(held),
+            "held_ended_within_s": f"{max(o.sent_at + o.took_s - killed_at for o in held):.2f}",
             "failed": len(failed),
             "failed_codes": sorted({str(o.code) for o in failed}),
             "serving_again_s": f"{serving_again:.2f}",

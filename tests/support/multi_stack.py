@@ -46,6 +46,11 @@ class MultiStack:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"}
 
+    def pause(self, name: str) -> float:
+        """SIGSTOP the process ``name``: it holds what it has received and answers nothing; when (monotonic)."""
+        os.kill(self.supervisor.pids()[name], signal.SIGSTOP)
+        return time.monotonic()
+
     def kill(self, name: str) -> float:
         """SIGKILL the process ``name`` (``router_svc-1``...); when it was killed (monotonic)."""
         pid = self.supervisor.pids()[name]
