@@ -89,6 +89,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_GATEWAY_TOKEN_TIMEOUT_FLOOR": ("2", "token_timeout_floor", 2.0),
         "NRT_GATEWAY_REQUEST_TIMEOUT": ("40", "request_timeout", 40.0),
         "NRT_GATEWAY_APPLY_TIMEOUT": ("50", "apply_timeout", 50.0),
+        "NRT_GATEWAY_RATE_LEASE_SHARE": ("0.25", "rate_lease_share", 0.25),
+        "NRT_GATEWAY_RATE_LEASE_S": ("0.5", "rate_lease_s", 0.5),
         "NRT_ROUTER_CLASSIFY_TIMEOUT": ("7", "classify_timeout", 7.0),
         "NRT_ROUTER_MANIFEST_WAIT": ("0.5", "manifest_wait", 0.5),
         "NRT_ROUTER_WORKER_ID": ("r-7", "router_worker_id", "r-7"),

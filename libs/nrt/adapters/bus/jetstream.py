@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
-from nats.js.errors import NotFoundError
+from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig, StreamInfo
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import Service, first_publisher
@@ -92,6 +93,24 @@ async def ensure_events_stream(
         f"{info.config.max_age:g} s" if info.config.max_age else "any time",
     )
     return updated
+
+
+async def ensure_kv_bucket(js: JetStreamContext, bucket: str, description: str, *, replicas: int = 1) -> KeyValue:
+    """The JetStream KV bucket ``bucket``, created if it does not exist (file storage, the latest value of each
+    key only, ``replicas`` copies: give the events stream's). Creating it twice at once is harmless."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        pass
+    config = KeyValueConfig(
+        bucket=bucket,
+        description=description,
+        history=1,
+        storage=StorageType.FILE,
+        replicas=replicas,
+        direct=True,  # reads by the last value of a subject, served by any replica (a stale one fails its CAS)
+    )
+    return await js.create_key_value(config)
 
 
 def event_subject(type_name: str, service: Service | None) -> str:
