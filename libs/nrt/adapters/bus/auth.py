@@ -13,7 +13,8 @@ so they cannot drift from it:
   (``_INBOX.<its public key>.>``: nobody reads another's replies);
 - JetStream: reading the events stream through an ephemeral consumer (its followers);
   cluster_state's durable consumer, its acks and message reads (the recorder, the re-seed);
-  managing the stream itself for its owners (cluster_state and ``nrt``) only.
+  managing the stream itself for its owners (cluster_state and ``nrt``) only; the object store of
+  prepared artifacts (``NRT_ARTIFACTS``) for whoever hosts models (router_svc, specialist_worker) and ``nrt``.
 
 :func:`ensure_credentials` writes a directory with a seed per identity (``<identity>.nk``, mode
 0600) and the server config (``nats-server.conf``, public keys only), reusing seeds already
@@ -47,6 +48,18 @@ RESPONSE_EXPIRES = "15m"
 
 _JS = "$JS.API"
 _STREAM = subjects.EVENTS_STREAM
+# who reads and writes the object store of prepared artifacts: whoever hosts models, and the CLI
+ARTIFACT_USERS: tuple[Service, ...] = ("router_svc", "specialist_worker", "nrt")
+_ARTIFACTS = subjects.ARTIFACTS_STREAM
+ARTIFACT_RIGHTS = (
+    f"$O.{subjects.ARTIFACTS_BUCKET}.>",  # its chunks and its objects' meta messages
+    *(f"{_JS}.STREAM.{action}.{_ARTIFACTS}" for action in ("INFO", "CREATE", "MSG.GET", "PURGE")),
+    f"{_JS}.DIRECT.GET.{_ARTIFACTS}.>",
+    f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}",  # an object is read through an ordered consumer
+    f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}.>",
+    f"{_JS}.CONSUMER.DELETE.{_ARTIFACTS}.>",
+    f"$JS.FC.{_ARTIFACTS}.>",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,8 @@ def permissions(identity: Service) -> Permissions:
         }
     if identity in STREAM_OWNERS:
         publish |= {f"{_JS}.STREAM.{action}.{_STREAM}" for action in ("INFO", "CREATE", "UPDATE", "DELETE")}
+    if identity in ARTIFACT_USERS:
+        publish |= set(ARTIFACT_RIGHTS)
     return Permissions(publish=tuple(sorted(publish)), subscribe=tuple(sorted(subscribe)))
 
 
@@ -176,6 +191,8 @@ def _jetstream_rights(identity: Service, rights: Permissions) -> str:
         said.append(f"its durable consumer `{RECORDER_CONSUMER}` (fetch, ack), message reads (re-seed)")
     if identity in STREAM_OWNERS:
         said.append("create, update, delete the stream")
+    if identity in ARTIFACT_USERS:
+        said.append(f"read and write the prepared artifacts (object store `{subjects.ARTIFACTS_BUCKET}`)")
     return "; ".join(said) or "-"
 
 
@@ -184,7 +201,7 @@ def permission_table() -> str:
     lines = ["| identity | publishes | subscribes | JetStream |", "|---|---|---|---|"]
     for identity in SERVICES:
         rights = permissions(identity)
-        publish = [s for s in rights.publish if not s.startswith("$JS")]
+        publish = [s for s in rights.publish if not s.startswith(("$JS", "$O."))]
         lines.append(
             f"| `{identity}` | {', '.join(f'`{s}`' for s in publish) or '-'} "
             f"| {', '.join(f'`{s}`' for s in rights.subscribe) or '-'} | {_jetstream_rights(identity, rights)} |"

@@ -8,8 +8,16 @@ from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
-from nats.js.errors import NotFoundError
+from nats.js.api import (
+    DiscardPolicy,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.object_store import ObjectStore
 
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import Service, first_publisher
@@ -92,6 +100,19 @@ async def ensure_events_stream(
         f"{info.config.max_age:g} s" if info.config.max_age else "any time",
     )
     return updated
+
+
+async def ensure_artifacts_bucket(js: JetStreamContext, name: str = subjects.ARTIFACTS_BUCKET) -> ObjectStore:
+    """The object store of prepared artifacts, created if it does not exist (file storage, no limit of its own:
+    the server's JetStream store limit bounds it). Every bucket NRT uses is created here."""
+    try:
+        return await js.object_store(name)
+    except BucketNotFoundError:
+        config = ObjectStoreConfig(
+            description="NRT's prepared model artifacts: files by sha256, manifests by artifact name and variant",
+            storage=StorageType.FILE,
+        )
+        return await js.create_object_store(name, config=config)
 
 
 def event_subject(type_name: str, service: Service | None) -> str:
