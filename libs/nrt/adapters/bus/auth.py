@@ -36,6 +36,7 @@ import nkeys
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import CHANNELS, SERVICES, Service
 from nrt.adapters.bus.credentials import inbox_prefix, public_key, seed_file
+from nrt.adapters.bus.jetstream import ARTIFACTS_BUCKET, ARTIFACTS_STREAM
 
 CONFIG_FILE = "nats-server.conf"
 STREAM_OWNERS: tuple[Service, ...] = ("cluster_state", "nrt")  # they alone create, update and delete the stream
@@ -50,11 +51,12 @@ _JS = "$JS.API"
 _STREAM = subjects.EVENTS_STREAM
 # who reads and writes the object store of prepared artifacts: whoever hosts models, and the CLI
 ARTIFACT_USERS: tuple[Service, ...] = ("router_svc", "specialist_worker", "nrt")
-_ARTIFACTS = subjects.ARTIFACTS_STREAM
+_ARTIFACTS = ARTIFACTS_STREAM
 ARTIFACT_RIGHTS = (
-    f"$O.{subjects.ARTIFACTS_BUCKET}.>",  # its chunks and its objects' meta messages
+    f"$O.{ARTIFACTS_BUCKET}.>",  # its chunks and its objects' meta messages
     *(f"{_JS}.STREAM.{action}.{_ARTIFACTS}" for action in ("INFO", "CREATE", "MSG.GET", "PURGE")),
     f"{_JS}.DIRECT.GET.{_ARTIFACTS}.>",
+    f"{_JS}.STREAM.NAMES",  # nats-py finds an object's stream by its chunks' subject before it reads them
     f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}",  # an object is read through an ordered consumer
     f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}.>",
     f"{_JS}.CONSUMER.DELETE.{_ARTIFACTS}.>",
@@ -192,7 +194,7 @@ def _jetstream_rights(identity: Service, rights: Permissions) -> str:
     if identity in STREAM_OWNERS:
         said.append("create, update, delete the stream")
     if identity in ARTIFACT_USERS:
-        said.append(f"read and write the prepared artifacts (object store `{subjects.ARTIFACTS_BUCKET}`)")
+        said.append(f"read and write the prepared artifacts (object store `{ARTIFACTS_BUCKET}`)")
     return "; ".join(said) or "-"
 
 

@@ -25,6 +25,8 @@ from nrt.adapters.bus.tracing import inject
 from nrt.adapters.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS, EventsStreamSettings
 from nrt.core.events import VERSION_HEADER, Event, EventDecodeError, encode, schema_version
 
+ARTIFACTS_BUCKET = "NRT_ARTIFACTS"  # the object store of prepared artifacts (nrt.adapters.bus.artifact_store)
+ARTIFACTS_STREAM = f"OBJ_{ARTIFACTS_BUCKET}"  # the stream nats keeps it in
 DUPLICATE_WINDOW_S = 120.0  # a re-published event id within this window is dropped by JetStream
 
 log = logging.getLogger("nrt.adapters.bus.jetstream")
@@ -102,7 +104,7 @@ async def ensure_events_stream(
     return updated
 
 
-async def ensure_artifacts_bucket(js: JetStreamContext, name: str = subjects.ARTIFACTS_BUCKET) -> ObjectStore:
+async def ensure_artifacts_bucket(js: JetStreamContext, name: str = ARTIFACTS_BUCKET) -> ObjectStore:
     """The object store of prepared artifacts, created if it does not exist (file storage, no limit of its own:
     the server's JetStream store limit bounds it). Every bucket NRT uses is created here."""
     try:

@@ -19,8 +19,6 @@ GATEWAY_HEARTBEAT = f"{PREFIX}.gateways.heartbeat"  # gateway -> cluster_state: 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event
 EVENTS_PREFIX = f"{PREFIX}.events"
 EVENTS_ALL = f"{EVENTS_PREFIX}.>"  # nrt.events.<service>.<Type>
-ARTIFACTS_BUCKET = "NRT_ARTIFACTS"  # the JetStream object store of prepared artifacts (nrt.adapters.bus.artifact_store)
-ARTIFACTS_STREAM = f"OBJ_{ARTIFACTS_BUCKET}"  # the stream under it (nats' naming)
 
 INFER_QUEUE = "nrt-workers"  # queue group: several workers may serve one model
 
