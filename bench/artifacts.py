@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from faststream.nats import NatsBroker
@@ -44,6 +45,7 @@ from nrt.core.events import ManifestApplied, TierChanged, Weights, decode
 from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.core.vocabulary import Reason, Tier
+from nrt.hosting.artifact_share import Transfer
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
 from nrt.testing.hf_checkpoints import put_in_cache, save_checkpoint
@@ -104,8 +106,21 @@ async def joined(broker: NatsBroker, worker_id: str) -> AsyncIterator[Worker]:
         await worker.stop()
 
 
-async def join_to_first_token(nc: Client, broker: NatsBroker, worker_id: str) -> tuple[float, float, float]:
-    """Seconds from a new worker's join to its first token, of them the load's, and then its uploads'."""
+@dataclass(frozen=True)
+class Host:
+    """One host's figures, in seconds from its worker's join."""
+
+    first_token: float
+    load: float  # the load command's reply (resolve: prepare or fetch; then weights in RAM and the session)
+    uploads_after: float  # its uploads still running once it served
+    transfers: tuple[Transfer, ...]
+
+    def moved(self, direction: str) -> Transfer:
+        return next(t for t in self.transfers if t.direction == direction)
+
+
+async def join_to_first_token(nc: Client, broker: NatsBroker, worker_id: str) -> Host:
+    """A new worker's join to its first token of the model, and what it moved over the bus."""
     async with joined(broker, worker_id) as worker:
         started = time.perf_counter()
         command = ControlCommand(
@@ -127,7 +142,8 @@ async def join_to_first_token(nc: Client, broker: NatsBroker, worker_id: str) ->
         if worker.artifacts is not None:
             await worker.artifacts.settle()  # host A: the upload it began once it had prepared the model
         uploads = time.perf_counter() - started - first_token
-    return first_token, loaded, uploads
+        transfers = tuple(worker.artifacts.transfers) if worker.artifacts is not None else ()
+    return Host(first_token, loaded, uploads, transfers)
 
 
 async def weights_of(nc: Client, worker_id: str) -> Weights:
@@ -159,10 +175,10 @@ async def main(megabytes: int) -> None:
             broker = await start_broker(url, "bench-artifacts-worker")
             try:
                 as_host(root / "host-a", root / "host-a-hf")
-                converted, converted_load, publish_s = await join_to_first_token(nc, broker, "host-a")
+                host_a = await join_to_first_token(nc, broker, "host-a")
                 shutil.rmtree(root / "host-a", ignore_errors=True)  # its disk back before host B fills its own
                 as_host(root / "host-b", root / "host-b-hf")
-                fetched, fetched_load, _ = await join_to_first_token(nc, broker, "host-b")
+                host_b = await join_to_first_token(nc, broker, "host-b")
                 prepared_weights, fetched_weights = await weights_of(nc, "host-a"), await weights_of(nc, "host-b")
             finally:
                 await broker.stop()
@@ -173,16 +189,20 @@ async def main(megabytes: int) -> None:
         raise SystemExit("host B serves other weights than host A prepared")
     size_mb = fetched_weights.bytes / 1e6
     print(f"checkpoint {weight_bytes / 1e6:,.0f} MB of fp32 weights; artifact served {size_mb:,.0f} MB (fp32 ONNX)")
-    report("host A: load (prepare: export, check)", converted_load, "s", precision=1)
-    report("host A: join to first token, converted", converted, "s", precision=1)
-    report("host A: its upload still running after serving", publish_s, "s", precision=1)
-    report("host B: load (fetch, verify, install)", fetched_load, "s", precision=1)
-    report("host B: fetch rate", size_mb / fetched_load, "MB/s", precision=0)
+    upload, fetch = host_a.moved("published"), host_b.moved("fetched")
+    report("host A: load (prepare, weights in RAM, session)", host_a.load, "s", precision=1)
+    report("host A: upload to the bus", upload.seconds, "s", precision=1)
+    report("host A: upload rate", upload.bytes / 1e6 / upload.seconds, "MB/s", precision=0)
+    report("host A: upload still running once it served", host_a.uploads_after, "s", precision=1)
+    report("host B: fetch, verify, install", fetch.seconds, "s", precision=1)
+    report("host B: fetch rate", fetch.bytes / 1e6 / fetch.seconds, "MB/s", precision=0)
+    report("host B: load (fetch, weights in RAM, session)", host_b.load, "s", precision=1)
+    report("host A: join to first token, converted", host_a.first_token, "s", precision=1)
     report(
         "host B: join to first token, fetched",
-        fetched,
+        host_b.first_token,
         "s",
-        converted / fetched,
+        host_a.first_token / host_b.first_token,
         "converted locally (higher is better)",
         precision=1,
     )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -40,14 +40,24 @@ class Obtained:
 
     directory: Path
     fetched: bool
-    bytes: int = 0  # fetched over the bus
-    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One variant moved over the bus by this worker, measured."""
+
+    direction: Literal["fetched", "published"]
+    name: str
+    provider: Provider
+    bytes: int  # published: the bytes uploaded (files already in the store are not sent again)
+    seconds: float
 
 
 class ArtifactShare:
     def __init__(self, nc: Client) -> None:
         self.nc = nc
         self.store: ArtifactStore | None = None
+        self.transfers: list[Transfer] = []  # what this worker fetched and published, in order
         self._loop: asyncio.AbstractEventLoop | None = None
         self._publishing: set[asyncio.Task[None]] = set()
 
@@ -99,6 +109,9 @@ class ArtifactShare:
                 self._run(store.download(decision.variant, staging), None)
                 install_fetched(staging, decision.variant)
             elapsed = time.perf_counter() - started
+            self.transfers.append(
+                Transfer("fetched", name, decision.variant.provider, decision.variant.total_bytes, elapsed)
+            )
             log.info(
                 "%s: fetched its %s variant %s (%d bytes) from the cluster's artifacts in %.1f s, verified",
                 key,
@@ -107,7 +120,7 @@ class ArtifactShare:
                 decision.variant.total_bytes,
                 elapsed,
             )
-            return Obtained(directory, fetched=True, bytes=decision.variant.total_bytes, elapsed_s=elapsed)
+            return Obtained(directory, fetched=True)
         except ArtifactRefused as exc:
             log.warning("%s: refused what the cluster's artifacts hold (%s); preparing it here instead", key, exc)
             return None
@@ -142,12 +155,14 @@ class ArtifactShare:
                     continue
                 started = time.perf_counter()
                 sent = await self.store.publish(variant_path(artifact_dir(name), provider), variant)
+                elapsed = time.perf_counter() - started
+                self.transfers.append(Transfer("published", name, provider, sent, elapsed))
                 log.info(
                     "published the %s variant of %s (%d bytes uploaded) to the cluster's artifacts in %.1f s",
                     provider,
                     name,
                     sent,
-                    time.perf_counter() - started,
+                    elapsed,
                 )
             if ready and await self.store.alias(key) != name:
                 await self.store.publish_alias(SourceAlias(key=key, name=name))

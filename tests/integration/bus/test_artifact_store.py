@@ -69,7 +69,7 @@ async def test_workers_publish_and_fetch_with_their_own_credentials(as_identity:
 
 
 async def test_services_that_host_no_model_cannot_reach_the_artifacts(as_identity: Connect) -> None:
-    for identity in ("api_gateway", "cluster_state"):
+    for identity in ("api_gateway", "cluster_state", "nrt"):
         client = await as_identity(identity)  # type: ignore[arg-type]
         with pytest.raises((nats.errors.Error, TimeoutError)):
             await ArtifactStore.open(client.jetstream(timeout=1.0))

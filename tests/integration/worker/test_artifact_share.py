@@ -93,6 +93,7 @@ async def test_a_host_without_the_hub_serves_what_another_prepared(
         prepared = await loaded_weights(nc, first, "billing")
         assert first.artifacts is not None
         await first.artifacts.settle()
+        uploads = first.artifacts.transfers
     assert prepared.origin == "prepared"
     assert prepared.source == f"hf://acme/billing@{commit}"
     name = await store.alias("hf://acme/billing")
@@ -113,7 +114,12 @@ async def test_a_host_without_the_hub_serves_what_another_prepared(
         assert chunks[-1].usage.completion_tokens >= 1
         assert {c.worker_id for c in chunks} == {"w-b"}
         fetched = await loaded_weights(nc, second, "billing")
+        assert second.artifacts is not None
+        downloads = second.artifacts.transfers
     assert fetched.origin == "fetched"
+    assert [(t.direction, t.name, t.provider) for t in uploads] == [("published", name, "cpu")]
+    assert [(t.direction, t.name, t.bytes) for t in downloads] == [("fetched", name, published.total_bytes)]
+    assert uploads[0].bytes == published.total_bytes
     # exactly the weights the first host prepared: same provenance, same files
     assert (fetched.source, fetched.sha256, fetched.bytes) == (prepared.source, prepared.sha256, prepared.bytes)
     assert (home / "models" / name / "nrt-artifact.json").is_file()

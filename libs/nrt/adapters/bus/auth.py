@@ -14,7 +14,7 @@ so they cannot drift from it:
 - JetStream: reading the events stream through an ephemeral consumer (its followers);
   cluster_state's durable consumer, its acks and message reads (the recorder, the re-seed);
   managing the stream itself for its owners (cluster_state and ``nrt``) only; the object store of
-  prepared artifacts (``NRT_ARTIFACTS``) for whoever hosts models (router_svc, specialist_worker) and ``nrt``.
+  prepared artifacts (``NRT_ARTIFACTS``) for whoever hosts models (router_svc, specialist_worker).
 
 :func:`ensure_credentials` writes a directory with a seed per identity (``<identity>.nk``, mode
 0600) and the server config (``nats-server.conf``, public keys only), reusing seeds already
@@ -49,8 +49,8 @@ RESPONSE_EXPIRES = "15m"
 
 _JS = "$JS.API"
 _STREAM = subjects.EVENTS_STREAM
-# who reads and writes the object store of prepared artifacts: whoever hosts models, and the CLI
-ARTIFACT_USERS: tuple[Service, ...] = ("router_svc", "specialist_worker", "nrt")
+# who reads and writes the object store of prepared artifacts: whoever hosts models
+ARTIFACT_USERS: tuple[Service, ...] = ("router_svc", "specialist_worker")
 _ARTIFACTS = ARTIFACTS_STREAM
 ARTIFACT_RIGHTS = (
     f"$O.{ARTIFACTS_BUCKET}.>",  # its chunks and its objects' meta messages
