@@ -122,10 +122,12 @@ class ArtifactShare:
             )
             return Obtained(directory, fetched=True)
         except ArtifactRefused as exc:
-            log.warning("%s: refused what the cluster's artifacts hold (%s); preparing it here instead", key, exc)
+            log.warning(
+                "%s: refused what the cluster's artifacts hold (%s); nothing installed, preparing it here", key, exc
+            )
             return None
         except (TimeoutError, OSError, ArtifactError, nats.errors.Error) as exc:
-            log.warning("%s: could not fetch it from the cluster's artifacts (%s); preparing it here instead", key, exc)
+            log.warning("%s: could not fetch it from the cluster's artifacts (%s); preparing it here", key, exc)
             return None
 
     def offer(self, key: str, name: str) -> None:

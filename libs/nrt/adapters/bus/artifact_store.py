@@ -10,6 +10,7 @@ sha256 or size is not the manifest's raises :class:`ArtifactRefused`.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from pathlib import Path
@@ -32,6 +33,10 @@ from nrt.adapters.catalogue.published import (
 )
 from nrt.adapters.catalogue.record import Provider
 
+# a file's download gives up (TimeoutError) when it stalls below this rate: a publisher that replaced the
+# object under it, a server that went away; the worker then prepares the model itself
+MIN_FETCH_BYTES_PER_S = 1_000_000
+FETCH_GRACE_S = 30.0
 CHUNK_BYTES = 128 * 1024  # nats' default: well under any server's max_payload (1 MiB by default)
 
 log = logging.getLogger("nrt.adapters.bus.artifact_store")
@@ -113,12 +118,14 @@ class ArtifactStore:
 
     async def download(self, variant: PublishedVariant, into: Path) -> None:
         """Write every file of ``variant`` into directory ``into``, each checked against the manifest as it
-        streams; :class:`ArtifactRefused` at the first that differs or is missing from the store."""
+        streams; :class:`ArtifactRefused` at the first that differs or is missing from the store, TimeoutError
+        when one stalls (below ``MIN_FETCH_BYTES_PER_S``)."""
         for entry in variant.files:
             with (into / entry.path).open("wb") as handle:
                 writer = _HashingWriter(handle)
                 try:
-                    await self.store.get(blob_object(entry.sha256), writeinto=writer)  # type: ignore[arg-type]
+                    async with asyncio.timeout(FETCH_GRACE_S + entry.bytes / MIN_FETCH_BYTES_PER_S):
+                        await self.store.get(blob_object(entry.sha256), writeinto=writer)  # type: ignore[arg-type]
                 except ObjectNotFoundError:
                     raise ArtifactRefused(f"{entry.path} of {variant.name} is not in the object store") from None
                 except DigestMismatchError:
