@@ -125,6 +125,13 @@ async def test_a_host_without_the_hub_serves_what_another_prepared(
     assert (home / "models" / name / "nrt-artifact.json").is_file()
     assert not list((home / "models").glob(".staging-*"))
 
+    async with running(broker, "w-b2") as restarted:  # host B again, still offline: what it fetched serves
+        assert (await load(nc, restarted, "billing", "hf://acme/billing")).tier == "resident"
+        again = await loaded_weights(nc, restarted, "billing")
+        assert restarted.artifacts is not None
+        assert restarted.artifacts.transfers == []  # nothing moved: the digest here is the published one
+    assert (again.origin, again.sha256) == ("cache", prepared.sha256)
+
 
 async def test_a_tampered_object_is_refused_and_never_installed(
     nc: Client,
