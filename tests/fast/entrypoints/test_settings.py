@@ -107,6 +107,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
         "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
         "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
+        "NRT_WORKER_SHARE_ARTIFACTS": ("0", "worker_share_artifacts", False),
         "NRT_WORKER_REMOTE_CONNECT_TIMEOUT": ("1.5", "worker_remote_connect_timeout", 1.5),
         "NRT_WORKER_REMOTE_READ_TIMEOUT": ("30", "worker_remote_read_timeout", 30.0),
         "NRT_WORKER_REMOTE_CONNECT_ATTEMPTS": ("2", "worker_remote_connect_attempts", 2),
