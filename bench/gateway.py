@@ -29,6 +29,11 @@
 8. The hot path's transport: ``nrt.route`` plus a token stream to the caller's inbox, doing no
    work, over FastStream and over raw nats-py (``bench.bus_transport``), in the same run.
 
+``--key-rps R`` gives the bench's API key a limit of ``R`` requests per second (and ``--key-tokens-per-min``
+a token limit), recorded by the bench itself before the services start (its ``ApiKeyCreated`` with the limits),
+so that every request goes through the gateway's rate limiter: set them far above what the run sends to
+measure the limiter's cost on the hot path (without them the key has no limits and the limiter is skipped).
+
 ``--event-loop asyncio`` runs the services and the floor on asyncio's own loop instead of uvloop
 (``NRT_UVLOOP=0``): run both to compare. ``--ort-threads`` sets the ONNX Runtime intra-op threads
 of the router's and the specialists' sessions (``NRT_ROUTER_ORT_THREADS``, ``NRT_WORKER_ORT_THREADS``):
@@ -41,7 +46,7 @@ events go to a fresh database on that PostgreSQL server), else embedded servers;
 it starts is stopped at the end. The services and the floor log at WARNING.
 
     python -m bench.gateway [--requests 200] [--warmup 32] [--max-tokens 8] [--event-loop uvloop|asyncio]
-                            [--ort-threads 1]
+                            [--ort-threads 1] [--key-rps R] [--key-tokens-per-min T]
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import msgspec
 import nats
 import psycopg
 
@@ -79,10 +85,12 @@ from bench.gateway_client import (
 )
 from bench.gateway_floor import FLOOR_PATH, FLOOR_STREAM_PATH, PATH_FLOOR_PATH
 from nrt.adapters.bus import subjects
-from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.bus.jetstream import EventPublisher, ensure_events_stream
 from nrt.adapters.catalogue import prepare
 from nrt.adapters.infra import free_port
 from nrt.adapters.infra.pgurl import to_libpq
+from nrt.core.api_keys import bootstrap_event
+from nrt.core.vocabulary import KeyScope
 from nrt.entrypoints.cli.up import SERVICES
 from nrt.entrypoints.stack.supervisor import Supervisor
 from nrt.testing.servers import nats_server
@@ -279,8 +287,33 @@ class Servers:
     crashes: list[str]  # children that exited on their own (the supervisor restarts them)
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyLimits:
+    """The limits of the bench's API key (None: none)."""
+
+    rps: float | None = None
+    tokens_per_min: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.rps is not None or self.tokens_per_min is not None
+
+
+async def record_limited_key(nats_url: str, limits: KeyLimits) -> None:
+    """Record the bench's key with ``limits``, as cluster_state records a key given at start (same event id)."""
+    nc = await nats.connect(nats_url)
+    try:
+        event = bootstrap_event(BENCH_API_KEY, KeyScope.INFER, name="bench (limited)")
+        limited = msgspec.structs.replace(event, rps=limits.rps, tokens_per_min=limits.tokens_per_min)
+        await EventPublisher(nc).publish(limited)
+    finally:
+        await nc.close()
+
+
 @contextlib.asynccontextmanager
-async def running(max_tokens: int, uvloop: bool, ort_threads: int = 1) -> AsyncIterator[Servers]:
+async def running(
+    max_tokens: int, uvloop: bool, ort_threads: int = 1, key_limits: KeyLimits = KeyLimits()
+) -> AsyncIterator[Servers]:
     """NATS, a fresh migrated PostgreSQL database, the four services on the bench manifest (started
     in ``nrt up``'s order by its supervisor) and the floor's processes; yields once a routed request
     and the floor's requests have been answered, and stops every process on the way out."""
@@ -293,6 +326,8 @@ async def running(max_tokens: int, uvloop: bool, ort_threads: int = 1) -> AsyncI
         nc = await nats.connect(nats_url)  # the events stream before the services, as `nrt up` does
         await ensure_events_stream(nc.jetstream())
         await nc.close()
+        if key_limits.any:  # recorded before cluster_state: its own bootstrap of the same key is a duplicate
+            await record_limited_key(nats_url, key_limits)
         manifest = tmp / "bench-gateway.yaml"
         manifest.write_text(MANIFEST.format(tokens=max_tokens))
         logs = tmp / "logs"
@@ -310,7 +345,8 @@ async def running(max_tokens: int, uvloop: bool, ort_threads: int = 1) -> AsyncI
                 "NRT_NATS_URL": nats_url,
                 "NRT_DATABASE_URL": database_url,
                 "NRT_MANIFEST": str(manifest),
-                "NRT_API_KEY": BENCH_API_KEY,  # the gateway checks every request's key, as deployed
+                # the gateway checks every request's key, as deployed (a limited key is recorded above)
+                **({} if key_limits.any else {"NRT_API_KEY": BENCH_API_KEY}),
                 "NRT_GATEWAY_HOST": "127.0.0.1",
                 "NRT_GATEWAY_PORT": str(gateway_port),
                 "NRT_LOG_LEVEL": "WARNING",
@@ -359,7 +395,9 @@ async def running(max_tokens: int, uvloop: bool, ort_threads: int = 1) -> AsyncI
 # -- the run ------------------------------------------------------------------------------------
 
 
-async def main(n: int, warmup: int, max_tokens: int, uvloop: bool, ort_threads: int) -> None:
+async def main(
+    n: int, warmup: int, max_tokens: int, uvloop: bool, ort_threads: int, key_limits: KeyLimits = KeyLimits()
+) -> None:
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)  # clean up on SIGTERM too
@@ -370,7 +408,7 @@ async def main(n: int, warmup: int, max_tokens: int, uvloop: bool, ort_threads: 
     )
     floor_once, nrt_once = posting(check_floor), posting(check_routed)
     targets: list[Target] = []
-    async with running(max_tokens, uvloop, ort_threads) as servers:
+    async with running(max_tokens, uvloop, ort_threads, key_limits) as servers:
         threads = f"{ort_threads} intra-op thread(s)" if ort_threads else "ONNX Runtime's default threads"
         print(
             f"gateway benchmark: routed requests (router and specialists: catalogue://tiny-llama, {max_tokens} "
@@ -378,6 +416,8 @@ async def main(n: int, warmup: int, max_tokens: int, uvloop: bool, ort_threads: 
             f"floor on {'uvloop' if uvloop else 'asyncio'}; floor: Litestar -> NATS -> echo responder -> JSON",
             flush=True,
         )
+        limited = f"rps {key_limits.rps}, tokens per minute {key_limits.tokens_per_min}" if key_limits.any else "none"
+        print(f"the bench key's rate limits: {limited}", flush=True)
         bus_transport.print_comparison(await bus_transport.compare(servers.nats_url, n, CONCURRENCY), max_tokens)
         for concurrency in CONCURRENCY:
             floor = await measure(servers.floor_url, FLOOR_PATH, bodies, warm, concurrency, floor_once)
@@ -476,6 +516,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--ort-threads", type=int, default=1, help="ONNX Runtime intra-op threads per session (0: its default)"
     )
+    parser.add_argument("--key-rps", type=float, default=None, help="the bench key's requests-per-second limit")
+    parser.add_argument("--key-tokens-per-min", type=int, default=None, help="the bench key's tokens-per-minute limit")
     parser.add_argument("--serve-floor", metavar="NATS_URL", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", metavar="NATS_URL", help=argparse.SUPPRESS)
     parser.add_argument("--serve-router", metavar="NATS_URL", help=argparse.SUPPRESS)
@@ -490,6 +532,7 @@ if __name__ == "__main__":
     else:
         try:
             uvloop = args.event_loop == "uvloop"
-            asyncio.run(main(args.requests, args.warmup, args.max_tokens, uvloop, args.ort_threads))
+            limits = KeyLimits(args.key_rps, args.key_tokens_per_min)
+            asyncio.run(main(args.requests, args.warmup, args.max_tokens, uvloop, args.ort_threads, limits))
         except (asyncio.CancelledError, KeyboardInterrupt):
             sys.exit("bench.gateway: interrupted; every process it started is stopped")

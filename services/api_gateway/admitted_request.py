@@ -81,7 +81,7 @@ class AdmittedRequest:
         # what follows the request's end, in this order: its figures, its key's tokens, its event, a cancel
         self.on_ended: tuple[RequestEndedHandler, ...] = (
             measure(cluster_link.metrics),
-            charge(cluster_link.limiter),
+            charge(bus.limiter),
             emit(bus.emitter),
             cancel_generation(bus.nc),
         )

@@ -3,7 +3,8 @@
 The key comes as ``Authorization: Bearer <key>`` (what the OpenAI clients send) or as an
 ``x-api-key`` header; it is checked against the keys the gateway folded from the event log
 (``ApiKeyCreated`` / ``ApiKeyRevoked``), by hash. A missing, unknown or revoked key is a 401,
-a key of too small a scope a 403, a key over its limits a 429 with ``Retry-After``, all in the
+a key of too small a scope a 403, a key over its limits a 429 with ``Retry-After`` (the limits hold across every gateway:
+``api_gateway.shared_limits``; a 503 when they cannot be checked), all in the
 OpenAI error shape. ``NRT_AUTH=off`` lets every request through (local experiments only).
 The guard hashes the key once and leaves the :class:`Caller` it found in the request's state,
 where the handlers read it (:func:`caller`).
@@ -19,6 +20,7 @@ from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
 from api_gateway.errors import ApiError
+from api_gateway.shared_limits import LimitsUnavailable
 from nrt.core.api_keys import allows, find_key, key_id_of, key_sha256
 from nrt.core.vocabulary import KeyScope
 
@@ -46,7 +48,7 @@ def presented_key(headers: Headers) -> str | None:
     return other or None
 
 
-def authorize(cluster_link: ClusterLink, headers: Headers, needed: KeyScope) -> Caller:
+async def authorize(cluster_link: ClusterLink, headers: Headers, needed: KeyScope) -> Caller:
     """The caller of a request with ``headers``; raises the ApiError it gets unless its key may do
     what needs ``needed`` now."""
     token = presented_key(headers)
@@ -60,7 +62,8 @@ def authorize(cluster_link: ClusterLink, headers: Headers, needed: KeyScope) -> 
             code="invalid_api_key",
             headers=CHALLENGE,
         )
-    key = find_key(cluster_link.require().follower.state.api_keys, token)
+    bus = cluster_link.require()
+    key = find_key(bus.follower.state.api_keys, token)
     if key is None:
         raise ApiError(401, "the API key is not valid (unknown or revoked)", code="invalid_api_key", headers=CHALLENGE)
     if not allows(key, needed):
@@ -69,7 +72,12 @@ def authorize(cluster_link: ClusterLink, headers: Headers, needed: KeyScope) -> 
             f"this needs an {needed} key; key {key.key_id} ({key.name}) has scope {key.scope}",
             code="insufficient_scope",
         )
-    refusal = cluster_link.limiter.admit(key)
+    try:
+        refusal = await bus.limiter.admit(key)
+    except LimitsUnavailable as exc:
+        raise ApiError(
+            503, f"key {key.key_id}'s rate limits cannot be checked: {exc}", code="rate_limits_unavailable"
+        ) from None
     if refusal is not None:
         raise ApiError(
             429,
@@ -87,16 +95,16 @@ def caller(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
     return found
 
 
-def _guard(connection: ASGIConnection[Any, Any, Any, Any], needed: KeyScope) -> None:
+async def _guard(connection: ASGIConnection[Any, Any, Any, Any], needed: KeyScope) -> None:
     cluster_link: ClusterLink = connection.app.state.cluster_link
-    connection.state[CALLER_STATE] = authorize(cluster_link, connection.headers, needed)
+    connection.state[CALLER_STATE] = await authorize(cluster_link, connection.headers, needed)
 
 
-def infer_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+async def infer_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard: an ``infer`` (or ``admin``) key, within its limits."""
-    _guard(connection, KeyScope.INFER)
+    await _guard(connection, KeyScope.INFER)
 
 
-def admin_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+async def admin_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard: an ``admin`` key, within its limits (checked before the body is read)."""
-    _guard(connection, KeyScope.ADMIN)
+    await _guard(connection, KeyScope.ADMIN)

@@ -20,15 +20,16 @@ from nats.aio.client import Client
 
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
-from api_gateway.ratelimit import RateLimiter
 from api_gateway.reply_stream import Inboxes, not_connected
 from api_gateway.settings import GatewaySettings
+from api_gateway.shared_limits import LeaseTerms, SharedRateLimiter
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import start_broker
 from nrt.adapters.bus.connection import credentials_of
 from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.bus.follow import EventFollower
-from nrt.adapters.bus.jetstream import ensure_events_stream
+from nrt.adapters.bus.jetstream import ensure_events_stream, ensure_kv_bucket
+from nrt.adapters.bus.kv import JetStreamCas
 from nrt.adapters.bus.outbox import Outbox
 from nrt.adapters.metrics import ClusterCollector, GatewayMetrics
 from nrt.core.events import CONTROL_PLANE, AnyEvent, WorkerLost
@@ -37,6 +38,7 @@ from nrt.core.protocol import GatewayHeartbeat
 from nrt.core.state import ClusterState
 
 log = logging.getLogger("api_gateway")
+RATE_LIMITS_DESCRIPTION = "NRT: each API key's rate-limit buckets, shared by every api_gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class Bus:
     gate: AdmissionGate
     emitter: EventEmitter
     inboxes: Inboxes
+    limiter: SharedRateLimiter  # per API key, shared with every other gateway
 
     @property
     def nc(self) -> Client:
@@ -66,7 +69,6 @@ class ClusterLink:
         self.settings = settings
         # this process, as its RequestAdmitted events and its heartbeats name it: a request has an owner while it beats
         self.gateway_id = f"gateway-{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-        self.limiter = RateLimiter()  # per API key, in this gateway process
         self.metrics = GatewayMetrics()  # this gateway's registry: GET /metrics
         self.metrics.registry.register(ClusterCollector(self._cluster, self._manifest))
         self.bus: Bus | None = None
@@ -98,6 +100,7 @@ class ClusterLink:
             try:
                 js = nc.jetstream()
                 await ensure_events_stream(js)
+                limits = await ensure_kv_bucket(js, subjects.RATE_LIMITS_BUCKET, RATE_LIMITS_DESCRIPTION)
                 follower = EventFollower(broker)
                 gate = AdmissionGate(follower)
                 await follower.start(types=CONTROL_PLANE)
@@ -110,7 +113,9 @@ class ClusterLink:
         inboxes = Inboxes(nc)
         await inboxes.start()
         follower.listen(lambda event, _: _end_on_loss(inboxes, event))
-        self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes)
+        terms = LeaseTerms(share=self.settings.rate_lease_share, lease_s=self.settings.rate_lease_s)
+        limiter = SharedRateLimiter(JetStreamCas(limits), terms)
+        self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes, limiter=limiter)
         self._beats = asyncio.create_task(self._heartbeats(broker), name="api_gateway heartbeats")
         self.connected.set()
         log.info("api_gateway connected to %s", self.settings.nats_url)
@@ -152,6 +157,7 @@ class ClusterLink:
                     await task
         bus = self.bus
         if bus is not None:
+            await bus.limiter.close()
             await bus.emitter.close()
             with contextlib.suppress(Exception):
                 await bus.broker.stop()

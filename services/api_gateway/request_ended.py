@@ -1,7 +1,7 @@
 """The one fact every admitted request ends with, and the jobs that follow it, each a handler.
 
 ``AdmittedRequest`` ends once, answered or failed, and hands a ``RequestEnded`` to each handler
-in turn: ``measure`` (this gateway's Prometheus figures), ``charge`` (the caller's token bucket),
+in turn: ``measure`` (this gateway's Prometheus figures), ``charge`` (the caller's token bucket, shared by the gateways),
 ``emit`` (``RequestCompleted`` / ``RequestFailed`` into the log) and ``cancel_generation`` (tells
 the worker to stop when nobody will read the rest). The event itself is ``event_of``, pure.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 
 from api_gateway.errors import ApiError
-from api_gateway.ratelimit import RateLimiter
 from api_gateway.reply_stream import BUS_LOST
 from api_gateway.shaping import Transcript
+from api_gateway.shared_limits import SharedRateLimiter
 from nrt.adapters.bus import rpc, subjects
 from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.metrics import DIRECT, UNROUTED, GatewayMetrics, route_outcome
@@ -105,7 +105,7 @@ def measure(metrics: GatewayMetrics) -> RequestEndedHandler:
     return handle
 
 
-def charge(limiter: RateLimiter) -> RequestEndedHandler:
+def charge(limiter: SharedRateLimiter) -> RequestEndedHandler:
     """An answered request's tokens count against its key's token limit."""
 
     def handle(fact: RequestEnded) -> None:

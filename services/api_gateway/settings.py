@@ -82,3 +82,19 @@ class GatewaySettings(HeartbeatSettings):
         validation_alias="NRT_GATEWAY_APPLY_TIMEOUT",
         description="seconds for a manifest swap, on top of its drain timeout",
     )
+    rate_lease_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        validation_alias="NRT_GATEWAY_RATE_LEASE_SHARE",
+        description="the share of a key's request burst (`max(1, rps)`) a gateway takes from the cluster-wide bucket "
+        "at once and admits without asking again; the cluster may admit up to that many requests (less one) per "
+        "gateway beyond a key's limit",
+    )
+    rate_lease_s: float = Field(
+        default=1.0,
+        gt=0,
+        validation_alias="NRT_GATEWAY_RATE_LEASE_S",
+        description="seconds a gateway spends a leased batch of a key's requests (and trusts its view of the key's "
+        "token bucket) before it asks the cluster-wide bucket again",
+    )

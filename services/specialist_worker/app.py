@@ -21,6 +21,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         ort_spin=settings.worker_ort_spin,
         remote=settings.remote_policy(),
         registry=ctx.registry,
+        share_artifacts=settings.worker_share_artifacts,
     )
     await worker.start()
     try:

@@ -37,6 +37,11 @@ class WorkerSettings(HeartbeatSettings):
         "with the other services)",
         json_schema_extra={"default_text": "ONNX Runtime's: one per core"},
     )
+    worker_share_artifacts: bool = Field(
+        default=True,
+        description="fetch a model's prepared artifact from the cluster's JetStream object store (`NRT_ARTIFACTS`) "
+        "before preparing it here, and publish what this worker prepared there; `0`: every host prepares its own",
+    )
     worker_ort_spin: bool = Field(
         default=False,
         description="`1`: ONNX Runtime threads spin-wait between runs (faster on a host the worker has to itself; "

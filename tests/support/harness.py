@@ -188,6 +188,23 @@ async def wait_ready(base_url: str, within: float = 20.0, partial: bool = False)
 
 
 @contextlib.asynccontextmanager
+async def extra_gateway(settings: GatewaySettings, within: float = 20.0) -> AsyncIterator[tuple[str, Litestar]]:
+    """One more api_gateway, on a free port, on the bus ``settings`` name (a second gateway of a stack):
+    its base URL and its app, once ``/readyz`` is green (``partial``: every check but the models one)."""
+    app = create_app(settings)
+    port = free_port()
+    server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_ready(base_url, within=within, partial=True)
+        yield base_url, app
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
 async def start_stack(
     nats_url: str,
     manifest_file: str,

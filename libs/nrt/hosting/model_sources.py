@@ -41,8 +41,10 @@ from nrt.adapters.catalogue import (
 )
 from nrt.adapters.catalogue.checkpoints import checkpoint_entry
 from nrt.adapters.catalogue.locate import CheckpointNotPrepared, Endpoint
-from nrt.core.events import Weights
+from nrt.adapters.catalogue.published import source_key
+from nrt.core.events import Weights, WeightsOrigin
 from nrt.core.manifest import ModelSpec, Tier, WeightFormat
+from nrt.hosting.artifact_share import ArtifactShare, Obtained
 
 log = logging.getLogger("nrt.worker")
 
@@ -51,6 +53,7 @@ RemoteProtocol = Literal["openai", "anthropic"]  # OpenAI chat completions, or t
 
 class LocalArtifact(msgspec.Struct, frozen=True):
     path: str
+    origin: WeightsOrigin = "cache"  # how it got here for this load: found prepared, prepared, or fetched
 
 
 class RemoteEndpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,7 +77,12 @@ class RemoteEndpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def resolve(
-    source: str, spec: ModelSpec | None = None, provider: Provider | None = None, *, hub_url: str = HF_INFERENCE_URL
+    source: str,
+    spec: ModelSpec | None = None,
+    provider: Provider | None = None,
+    *,
+    hub_url: str = HF_INFERENCE_URL,
+    share: ArtifactShare | None = None,
 ) -> LocalArtifact | RemoteEndpoint:
     """Where ``source`` lives on this worker (``spec``: its manifest entry, for a remote endpoint's
     model name, key variable and base URL); a clear error when it cannot be served here.
@@ -84,11 +92,19 @@ def resolve(
     (:func:`nrt.adapters.catalogue.locate`). An operator's checkpoint (``hf://``, or a local Hugging
     Face checkpoint) is fetched into the Hugging Face cache and prepared here the first time, once
     per host (the catalogue's build lock: a second worker waits for the first one's build).
+
+    With ``share`` (the cluster's artifact store), an artifact this host has not prepared is fetched
+    from there when another host published it, before any download or conversion; one it prepared,
+    or found prepared, is published there for the others (``nrt.hosting.artifact_share``).
     """
     provider = provider or host_provider()
     remote = spec is not None and spec.tier is Tier.REMOTE
+    weights = spec.quantization if spec is not None else None
     try:
-        located = _located(source, provider, spec.quantization if spec is not None else None, remote)
+        if share is None or remote:
+            located: LocatedArtifact | Endpoint | LocalArtifact = _located(source, provider, weights, remote)
+        else:
+            located = _shared(source, provider, weights, share)
     except NotPrepared as exc:
         raise Unavailable(
             f"catalogue model '{exc.name}' is not prepared on this worker; run `nrt models prepare {exc.name}`",
@@ -98,6 +114,8 @@ def resolve(
         raise BadRequest(str(exc)) from None
     except SourceError as exc:
         raise BadRequest(str(exc), code="unresolvable_source") from exc
+    if isinstance(located, LocalArtifact):
+        return located
     if not isinstance(located, LocatedArtifact):
         endpoint = remote_endpoint(located, spec, hub_url)
         endpoint.api_key()  # its key is there now, or the load fails naming the variable
@@ -122,6 +140,49 @@ def _located(source: str, provider: Provider, weights: WeightFormat | None, remo
         return locate(source, provider, fetch=False, weights=weights)
 
 
+def _shared(
+    source: str, provider: Provider, weights: WeightFormat | None, share: ArtifactShare
+) -> LocatedArtifact | Endpoint | LocalArtifact:
+    """``_located``, with the cluster's artifact store: fetched from it before this host prepares anything,
+    or when this host cannot resolve the source at all (no Hub, an empty Hugging Face cache, another host's
+    path); published to it when this host prepared it or found it prepared."""
+    key = source_key(source, weights.value if weights is not None else None)
+    try:
+        located = locate(source, provider, fetch=True, weights=weights)
+    except CheckpointNotPrepared as missing:
+        checkpoint = missing.checkpoint
+        entry = checkpoint_entry(checkpoint)
+        recipes = {variant.provider: variant.recipe for variant in entry.variants}
+        fetched = share.obtain(key, provider, name=checkpoint.name, recipes=recipes)
+        if fetched is not None:
+            return _obtained(fetched)
+        located = _located(source, provider, weights, False)
+        if isinstance(located, LocatedArtifact) and located.catalogue is not None:
+            share.offer(key, located.catalogue.name)
+            return LocalArtifact(str(located.directory), origin="prepared")
+        return located
+    except NotPrepared as missing:  # a catalogue model this host has not prepared
+        if missing.name not in catalogue_names():
+            raise
+        recipes = {variant.provider: variant.recipe for variant in get_entry(missing.name).variants}
+        fetched = share.obtain(key, provider, name=missing.name, recipes=recipes)
+        if fetched is None:
+            raise
+        return _obtained(fetched)
+    except SourceError:  # not resolvable here: what the cluster prepared under this source serves it
+        fetched = share.obtain(key, provider)
+        if fetched is None:
+            raise
+        return _obtained(fetched)
+    if isinstance(located, LocatedArtifact) and located.catalogue is not None:
+        share.offer(key, located.catalogue.name)
+    return located
+
+
+def _obtained(obtained: Obtained) -> LocalArtifact:
+    return LocalArtifact(str(obtained.directory.resolve()), origin="fetched" if obtained.fetched else "cache")
+
+
 def weights_of(target: LocalArtifact | RemoteEndpoint) -> Weights | None:
     """Exactly which weights ``target`` serves (its artifact record: provenance, variant, file hashes),
     for the log; None for a remote endpoint, or an artifact without a record."""
@@ -138,6 +199,7 @@ def weights_of(target: LocalArtifact | RemoteEndpoint) -> Weights | None:
         provider=record.provider,
         quantization=record.quantization or "unknown",
         bytes=record.total_bytes,
+        origin=target.origin,
     )
 
 

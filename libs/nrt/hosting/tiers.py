@@ -17,6 +17,7 @@ from nrt.adapters.catalogue.sources import HF_INFERENCE_URL
 from nrt.adapters.metrics import WorkerMetrics
 from nrt.core.events import TierChanged, Weights
 from nrt.core.vocabulary import Reason, Tier
+from nrt.hosting.artifact_share import ArtifactShare
 from nrt.hosting.model_host import ModelHost, Transition
 from nrt.hosting.model_sources import resolve, weights_of
 from nrt.hosting.shell_ports import EventSink, Loaded, ModelSubjects, SpecLookup
@@ -41,8 +42,10 @@ class Tiers:
         loaded: Loaded | None = None,
         metrics: WorkerMetrics | None = None,
         hub_url: str = HF_INFERENCE_URL,
+        share: ArtifactShare | None = None,
     ) -> None:
         self.metrics = metrics
+        self.share = share  # the cluster's prepared artifacts: fetched before preparing, published after
         self.hub_url = hub_url  # where an hf:// model at tier remote is served, unless its entry says
         self.worker_id, self.host, self.events, self.specs = worker_id, host, events, specs
         self.model_subjects = model_subjects
@@ -55,8 +58,8 @@ class Tiers:
             spec = self.specs(model_id)
             started = time.perf_counter()
             try:
-                # a checkpoint not prepared yet is fetched and prepared here: off the event loop
-                target = await asyncio.to_thread(partial(resolve, source, spec, hub_url=self.hub_url))
+                # a checkpoint not prepared yet is fetched from the cluster or prepared here: off the event loop
+                target = await asyncio.to_thread(partial(resolve, source, spec, hub_url=self.hub_url, share=self.share))
                 weights = await asyncio.to_thread(weights_of, target)
                 steps = [await asyncio.to_thread(self.host.load, model_id, source, target)]
             except Exception as exc:

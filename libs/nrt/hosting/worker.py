@@ -54,6 +54,7 @@ from nrt.core.protocol import (
     WorkerHeartbeat,
 )
 from nrt.core.vocabulary import Reason, WorkerRole
+from nrt.hosting.artifact_share import ArtifactShare
 from nrt.hosting.control import Control
 from nrt.hosting.device_memory import DeviceMemory, memory_of
 from nrt.hosting.model_host import ModelHost
@@ -88,6 +89,7 @@ class Worker:
         remote: RemotePolicy | None = None,
         registry: CollectorRegistry | None = None,
         memory: DeviceMemory | None = None,
+        share_artifacts: bool = True,
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
@@ -115,6 +117,8 @@ class Worker:
             role,
         )
         remote = remote or RemotePolicy()
+        # prepared artifacts over the bus: fetched from the cluster before preparing, published after
+        self.artifacts = ArtifactShare(self.nc) if share_artifacts else None
         self.tiers = Tiers(
             self.worker_id,
             self.host,
@@ -124,6 +128,7 @@ class Worker:
             self._loaded,
             self.metrics,
             hub_url=remote.hf_inference_url,
+            share=self.artifacts,
         )
         self.control = Control(self.worker_id, self.host, self.tiers, self.presence, self._ask_promotion)
         self.serving = Serving(
@@ -146,6 +151,8 @@ class Worker:
     # -- life cycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.artifacts is not None:
+            await self.artifacts.start()
         await self.manifest.start(types=(ManifestApplied,), latest_only=True)
         await bus.serve(
             self.broker,
@@ -173,6 +180,8 @@ class Worker:
         if self._cancels is not None:
             await self._cancels.unsubscribe()
         await self.presence.leave(Reason.SHUTDOWN)
+        if self.artifacts is not None:
+            await self.artifacts.settle()  # an upload under way finishes: another host may be waiting for it
         await self.serving.remote.aclose()
         await asyncio.to_thread(self.host.close)
 

@@ -17,7 +17,7 @@ from nrt.entrypoints.service import health_subject
 
 def _every_subject() -> list[str]:
     """Each constant subject of ``nrt.adapters.bus.subjects``, and each subject function with a sample token."""
-    not_subjects = {"PREFIX", "EVENTS_STREAM", "EVENTS_PREFIX", "EVENTS_ALL", "INFER_QUEUE"}
+    not_subjects = {"PREFIX", "EVENTS_STREAM", "EVENTS_PREFIX", "EVENTS_ALL", "INFER_QUEUE", "RATE_LIMITS_BUCKET"}
     found = [
         value
         for name, value in vars(subjects).items()

@@ -1,10 +1,10 @@
-"""API keys without I/O: the fold of key events and usage, the key helpers, the per-key rate limiter."""
+"""API keys without I/O: the fold of key events and usage, the key helpers (the rate limits:
+``tests/fast/services/test_shared_rate_limits.py``)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from api_gateway.ratelimit import RateLimiter
 from nrt.core.api_keys import allows, bootstrap_event, find_key, generate_key, key_id_of, key_sha256
 from nrt.core.events import (
     ApiKeyCreated,
@@ -15,7 +15,7 @@ from nrt.core.events import (
     decode,
     encode,
 )
-from nrt.core.state import ApiKey, fold
+from nrt.core.state import fold
 from nrt.core.vocabulary import KeyScope
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -116,74 +116,3 @@ def test_request_events_written_before_keys_still_decode() -> None:
     event = decode(old)
     assert isinstance(event, RequestAdmitted)
     assert event.key_id is None
-
-
-def limited(rps: float | None = None, tokens_per_min: int | None = None) -> ApiKey:
-    return ApiKey(
-        key_id="k1",
-        name="k",
-        scope=KeyScope.INFER,
-        key_sha256="0" * 64,
-        rps=rps,
-        tokens_per_min=tokens_per_min,
-        created_at=T0,
-    )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_requests_per_second_a_bucket_of_one_seconds_burst() -> None:
-    clock = Clock()
-    limiter = RateLimiter(clock)
-    key = limited(rps=2)
-    assert limiter.admit(key) is None
-    assert limiter.admit(key) is None
-    refused = limiter.admit(key)
-    assert refused is not None
-    assert refused.limit == "requests per second"
-    assert refused.wait_s == 0.5
-    assert refused.retry_after == 1  # whole seconds, at least 1
-    clock.now += 0.5
-    assert limiter.admit(key) is None
-    assert limiter.admit(key) is not None
-    clock.now += 10  # refills up to the burst, no more
-    burst = [limiter.admit(key) for _ in range(3)]
-    assert burst[:2] == [None, None]
-    assert burst[2] is not None
-
-
-def test_a_slow_limit_asks_for_a_longer_wait() -> None:
-    clock = Clock()
-    limiter = RateLimiter(clock)
-    key = limited(rps=0.1)  # one request every ten seconds
-    assert limiter.admit(key) is None
-    refused = limiter.admit(key)
-    assert refused is not None
-    assert refused.retry_after == 10
-
-
-def test_tokens_per_minute_refuses_while_the_key_is_over() -> None:
-    clock = Clock()
-    limiter = RateLimiter(clock)
-    key = limited(tokens_per_min=60)  # one token a second back
-    assert limiter.admit(key) is None
-    limiter.charge("k1", 90)  # a large answer overdraws the bucket: 60 - 90 = -30
-    refused = limiter.admit(key)
-    assert refused is not None
-    assert refused.limit == "tokens per minute"
-    assert refused.retry_after == 31
-    clock.now += 30.5
-    assert limiter.admit(key) is None
-    limiter.charge("other", 10**6)  # a key without a bucket is charged nothing
-    limiter.charge(None, 10)
-
-
-def test_a_key_without_limits_is_never_refused() -> None:
-    limiter = RateLimiter(Clock())
-    assert all(limiter.admit(limited()) is None for _ in range(1000))

@@ -13,7 +13,9 @@ so they cannot drift from it:
   (``_INBOX.<its public key>.>``: nobody reads another's replies);
 - JetStream: reading the events stream through an ephemeral consumer (its followers);
   cluster_state's durable consumer, its acks and message reads (the recorder, the re-seed);
-  managing the stream itself for its owners (cluster_state and ``nrt``) only.
+  managing the stream itself for its owners (cluster_state and ``nrt``) only; the object store of
+  prepared artifacts (``NRT_ARTIFACTS``) for whoever hosts models (router_svc, specialist_worker);
+- the rate-limit KV bucket (``NRT_RATE_LIMITS``): the gateways create it, read and compare-and-set its keys.
 
 :func:`ensure_credentials` writes a directory with a seed per identity (``<identity>.nk``, mode
 0600) and the server config (``nats-server.conf``, public keys only), reusing seeds already
@@ -35,6 +37,7 @@ import nkeys
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import CHANNELS, SERVICES, Service
 from nrt.adapters.bus.credentials import inbox_prefix, public_key, seed_file
+from nrt.adapters.bus.jetstream import ARTIFACTS_BUCKET, ARTIFACTS_STREAM
 
 CONFIG_FILE = "nats-server.conf"
 STREAM_OWNERS: tuple[Service, ...] = ("cluster_state", "nrt")  # they alone create, update and delete the stream
@@ -45,8 +48,24 @@ RECORDER_CONSUMER = "cluster_state"  # the durable consumer's name (cluster_stat
 RESPONSE_MAX_MSGS = 1_000_000
 RESPONSE_EXPIRES = "15m"
 
+RATE_LIMITERS: tuple[Service, ...] = ("api_gateway",)  # they share the per-key rate limits in a KV bucket
+
 _JS = "$JS.API"
 _STREAM = subjects.EVENTS_STREAM
+_LIMITS = f"KV_{subjects.RATE_LIMITS_BUCKET}"  # the KV bucket's stream
+# who reads and writes the object store of prepared artifacts: whoever hosts models
+ARTIFACT_USERS: tuple[Service, ...] = ("router_svc", "specialist_worker")
+_ARTIFACTS = ARTIFACTS_STREAM
+ARTIFACT_RIGHTS = (
+    f"$O.{ARTIFACTS_BUCKET}.>",  # its chunks and its objects' meta messages
+    *(f"{_JS}.STREAM.{action}.{_ARTIFACTS}" for action in ("INFO", "CREATE", "MSG.GET", "PURGE")),
+    f"{_JS}.DIRECT.GET.{_ARTIFACTS}.>",
+    f"{_JS}.STREAM.NAMES",  # nats-py finds an object's stream by its chunks' subject before it reads them
+    f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}",  # an object is read through an ordered consumer
+    f"{_JS}.CONSUMER.CREATE.{_ARTIFACTS}.>",
+    f"{_JS}.CONSUMER.DELETE.{_ARTIFACTS}.>",
+    f"$JS.FC.{_ARTIFACTS}.>",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +121,16 @@ def permissions(identity: Service) -> Permissions:
         }
     if identity in STREAM_OWNERS:
         publish |= {f"{_JS}.STREAM.{action}.{_STREAM}" for action in ("INFO", "CREATE", "UPDATE", "DELETE")}
+    if identity in RATE_LIMITERS:  # bind or create the bucket, read a key's last value, write it (a publish, acked)
+        publish |= {
+            f"{_JS}.STREAM.INFO.{_LIMITS}",
+            f"{_JS}.STREAM.CREATE.{_LIMITS}",
+            f"{_JS}.DIRECT.GET.{_LIMITS}.>",
+            f"{_JS}.STREAM.MSG.GET.{_LIMITS}",
+            f"$KV.{subjects.RATE_LIMITS_BUCKET}.>",
+        }
+    if identity in ARTIFACT_USERS:
+        publish |= set(ARTIFACT_RIGHTS)
     return Permissions(publish=tuple(sorted(publish)), subscribe=tuple(sorted(subscribe)))
 
 
@@ -176,6 +205,10 @@ def _jetstream_rights(identity: Service, rights: Permissions) -> str:
         said.append(f"its durable consumer `{RECORDER_CONSUMER}` (fetch, ack), message reads (re-seed)")
     if identity in STREAM_OWNERS:
         said.append("create, update, delete the stream")
+    if identity in RATE_LIMITERS:
+        said.append(f"the KV bucket `{subjects.RATE_LIMITS_BUCKET}` (create, read, compare-and-set)")
+    if identity in ARTIFACT_USERS:
+        said.append(f"read and write the prepared artifacts (object store `{ARTIFACTS_BUCKET}`)")
     return "; ".join(said) or "-"
 
 
@@ -184,7 +217,7 @@ def permission_table() -> str:
     lines = ["| identity | publishes | subscribes | JetStream |", "|---|---|---|---|"]
     for identity in SERVICES:
         rights = permissions(identity)
-        publish = [s for s in rights.publish if not s.startswith("$JS")]
+        publish = [s for s in rights.publish if not s.startswith(("$JS", "$KV", "$O."))]
         lines.append(
             f"| `{identity}` | {', '.join(f'`{s}`' for s in publish) or '-'} "
             f"| {', '.join(f'`{s}`' for s in rights.subscribe) or '-'} | {_jetstream_rights(identity, rights)} |"

@@ -8,8 +8,18 @@ from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
-from nats.js.errors import NotFoundError
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import Service, first_publisher
@@ -17,6 +27,8 @@ from nrt.adapters.bus.tracing import inject
 from nrt.adapters.settings import EVENTS_STREAM_MAX_AGE_S, EVENTS_STREAM_MAX_MSGS, EventsStreamSettings
 from nrt.core.events import VERSION_HEADER, Event, EventDecodeError, encode, schema_version
 
+ARTIFACTS_BUCKET = "NRT_ARTIFACTS"  # the object store of prepared artifacts (nrt.adapters.bus.artifact_store)
+ARTIFACTS_STREAM = f"OBJ_{ARTIFACTS_BUCKET}"  # the stream nats keeps it in
 DUPLICATE_WINDOW_S = 120.0  # a re-published event id within this window is dropped by JetStream
 
 log = logging.getLogger("nrt.adapters.bus.jetstream")
@@ -92,6 +104,37 @@ async def ensure_events_stream(
         f"{info.config.max_age:g} s" if info.config.max_age else "any time",
     )
     return updated
+
+
+async def ensure_kv_bucket(js: JetStreamContext, bucket: str, description: str, *, replicas: int = 1) -> KeyValue:
+    """The JetStream KV bucket ``bucket``, created if it does not exist (file storage, the latest value of each
+    key only, ``replicas`` copies: give the events stream's). Creating it twice at once is harmless."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        pass
+    config = KeyValueConfig(
+        bucket=bucket,
+        description=description,
+        history=1,
+        storage=StorageType.FILE,
+        replicas=replicas,
+        direct=True,  # reads by the last value of a subject, served by any replica (a stale one fails its CAS)
+    )
+    return await js.create_key_value(config)
+
+
+async def ensure_artifacts_bucket(js: JetStreamContext, name: str = ARTIFACTS_BUCKET) -> ObjectStore:
+    """The object store of prepared artifacts, created if it does not exist (file storage, no limit of its own:
+    the server's JetStream store limit bounds it). Every bucket NRT uses is created here."""
+    try:
+        return await js.object_store(name)
+    except BucketNotFoundError:
+        config = ObjectStoreConfig(
+            description="NRT's prepared model artifacts: files by sha256, manifests by artifact name and variant",
+            storage=StorageType.FILE,
+        )
+        return await js.create_object_store(name, config=config)
 
 
 def event_subject(type_name: str, service: Service | None) -> str:

@@ -17,6 +17,7 @@ WORKER_HEARTBEAT = f"{PREFIX}.workers.heartbeat"  # worker -> cluster_state, eve
 GATEWAY_HEARTBEAT = f"{PREFIX}.gateways.heartbeat"  # gateway -> cluster_state: its requests have an owner
 
 EVENTS_STREAM = "NRT_EVENTS"  # the JetStream stream that carries every event
+RATE_LIMITS_BUCKET = "NRT_RATE_LIMITS"  # JetStream KV: each API key's rate-limit buckets, shared by the gateways
 EVENTS_PREFIX = f"{PREFIX}.events"
 EVENTS_ALL = f"{EVENTS_PREFIX}.>"  # nrt.events.<service>.<Type>
 

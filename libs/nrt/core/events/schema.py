@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 
@@ -137,6 +137,9 @@ class ModelPlaced(Event, frozen=True, kw_only=True):
         return f"model:{self.model_id}"
 
 
+WeightsOrigin = Literal["cache", "prepared", "fetched"]
+
+
 class Weights(msgspec.Struct, frozen=True, kw_only=True):
     """Exactly which weights a worker loaded: where they came from and the bytes it serves."""
 
@@ -145,6 +148,10 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     provider: str  # the variant: cpu or cuda
     quantization: str  # int8-dynamic, fp16, fp32, ...
     bytes: int  # the variant's size on disk
+    # how they reached this worker for the load: already prepared here ("cache"), prepared for it here
+    # ("prepared": exported and converted), or "fetched" from the cluster's artifact store, verified by hash;
+    # None in events recorded before the origin was
+    origin: WeightsOrigin | None = None
 
 
 class TierChanged(Event, frozen=True, kw_only=True):

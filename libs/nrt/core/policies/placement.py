@@ -166,11 +166,16 @@ def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str
     held = holdings(state, manifest)
     version = state.cluster.manifest_version
     commands: list[Command] = []
+    by_role: dict[WorkerRole, list[WorkerState]] = {}
     for spec in order(manifest, state.cluster):
         role = host_role(manifest, spec.id)
-        workers = hosts(state, live, role)
+        if role not in by_role:
+            by_role[role] = hosts(state, live, role)
+        workers = by_role[role]
         if not workers:
             continue  # its hosts are not up yet
+        if role is not WorkerRole.ROUTER and spec.replicas == 1 and is_placed(state, spec.id):
+            continue  # the common case on a tick: settled before any per-worker work
         need = footprint(spec, state.cluster)
         avoid = frozenset(
             w.worker_id for w in workers if state.backoff.get(pending_key(spec.id, w.worker_id), now) > now

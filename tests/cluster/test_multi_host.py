@@ -1,0 +1,163 @@
+"""A cluster across hosts, for real on one machine (issue 28): faults one after another under traffic.
+
+Four simulated hosts (network namespaces, each with its own address; :mod:`nrt.testing.hosts`):
+a 3-node NATS cluster on h1-h3, the test's PostgreSQL reached over the hosts' network, `nrt up` on h1
+and h2 (two gateways, two router_svc, two cluster_state, a worker each) and a worker alone on h3 and
+h4, each process with its own data directory. Traffic goes through both gateways while, in turn,
+one NATS node is killed, the cluster_state leader is killed, one worker per model is killed, one
+gateway is killed, and a worker host is cut off the network (a partition, then healed). After each
+fault: every admitted request is recorded once with the outcome its client saw, the hash chain is
+intact, the replayed log equals the live state; and the time until a request sent after the fault
+is served again is measured. The per-fault table is printed (pytest -s) for the closing note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fault_kit import Outcome, Traffic, check_log, served
+from nrt.testing.hosted_cluster import HostedCluster, hosted_cluster, worker_id
+from nrt.testing.hosts import unavailable
+from nrt.testing.stacks import tiny_manifest
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(unavailable() is not None, reason=f"simulated hosts: {unavailable()}"),
+]
+
+TRAFFIC_S = 6.0  # of traffic before each fault, and at least as long after it
+SERVE_AGAIN_WITHIN_S = 30.0  # a fault that leaves nothing served for this long fails the run
+
+
+@pytest.fixture
+def cluster(tiny_artifacts: Path, database_url: str, tmp_path: Path) -> Iterator[HostedCluster]:
+    manifest = tmp_path / "hosted.yaml"
+    manifest.write_text(tiny_manifest("hosted", legal_tier="resident"))
+    with hosted_cluster(tmp_path / "cluster", tiny_artifacts, manifest, database_url) as started:
+        yield started
+
+
+@dataclass(frozen=True, slots=True)
+class FaultResult:
+    fault: str
+    requests: int
+    admitted: int
+    served: int
+    failed_after: int  # requests sent after the fault that were not served
+    serve_again_s: float  # from the fault to the first request sent after it that was served
+    events: int
+
+
+async def under_traffic(cluster: HostedCluster, inject: Callable[[], None]) -> tuple[list[Outcome], float]:
+    """Traffic through both gateways, ``inject`` the fault half-way; the outcomes and when it struck."""
+    traffics = [
+        Traffic(url, cluster.headers, concurrency=3, max_tokens=4, timeout=60.0, refused_backoff_s=0.2)
+        for url in cluster.gateways
+    ]
+    for traffic in traffics:
+        traffic.start()
+    await asyncio.sleep(TRAFFIC_S)
+    struck = time.monotonic()
+    await asyncio.to_thread(inject)
+
+    def served_after() -> bool:
+        return any(served(o) and o.sent_at > struck for t in traffics for o in t.outcomes)
+
+    for _ in range(int(SERVE_AGAIN_WITHIN_S / 0.1)):
+        if served_after():
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(TRAFFIC_S)
+    outcomes = [o for traffic in traffics for o in await traffic.stop()]
+    return outcomes, struck
+
+
+def result(fault: str, outcomes: list[Outcome], struck: float, events: int) -> FaultResult:
+    after = sorted((o for o in outcomes if o.sent_at > struck), key=lambda o: o.sent_at)
+    first = next((o for o in after if served(o)), None)
+    assert first is not None, f"{fault}: nothing sent after the fault was served within {SERVE_AGAIN_WITHIN_S}s"
+    return FaultResult(
+        fault=fault,
+        requests=len(outcomes),
+        admitted=sum(1 for o in outcomes if o.request_id is not None),
+        served=sum(1 for o in outcomes if served(o)),
+        failed_after=sum(1 for o in after if not served(o)),
+        serve_again_s=round(first.sent_at + first.took_s - struck, 2),
+        events=events,
+    )
+
+
+def kill(pid: int | None, what: str) -> None:
+    assert pid is not None, f"no {what} process found"
+    os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_cluster_across_hosts_survives_each_fault_in_turn(cluster: HostedCluster) -> None:
+    hosts = cluster.network.hosts
+    stack1, stack2 = cluster.stacks
+
+    def kill_nats_node() -> None:
+        cluster.nats[2].kill()  # h3's node: h3's worker and every client on that node move to another
+
+    def kill_leader() -> None:
+        leader = cluster.leader()
+        kill(leader.service_pid("cluster_state"), f"cluster_state on {leader.host.name}")
+
+    def kill_worker_per_model() -> None:
+        for host in cluster.holders_to_kill():
+            cluster.kill_worker(host)
+
+    def kill_gateway() -> None:
+        kill(stack2.service_pid("api_gateway"), "api_gateway on h2")
+
+    def partition() -> None:
+        host = cluster.busiest_worker_host()
+        host.cut()
+        time.sleep(TRAFFIC_S)
+        host.heal()
+
+    faults: list[tuple[str, Callable[[], None], Callable[[], None]]] = [
+        ("gateway killed (h2)", kill_gateway, lambda: None),
+        ("a worker per model killed", kill_worker_per_model, cluster.restart_workers),
+        ("a worker host partitioned, then healed", partition, lambda: None),
+        ("cluster_state leader killed", kill_leader, lambda: None),
+        ("NATS node killed (h3)", kill_nats_node, lambda: cluster.nats[2].start()),
+    ]
+    earlier: set[str] = set()
+    results: list[FaultResult] = []
+    for name, inject, repair in faults:
+        outcomes, struck = await under_traffic(cluster, inject)
+        unanswered = [o for o in outcomes if o.request_id is None and o.status == 0]
+        print(f"\n{name}: {len(outcomes)} requests, {len(unanswered)} got no answer: {unanswered[:3]}", flush=True)
+        report = await asyncio.to_thread(
+            check_log,
+            outcomes,
+            cluster.database_url,
+            cluster.gateways[0],
+            cluster.admin_headers,
+            cluster.operator_env,
+            earlier,
+            unseen=name.startswith("gateway"),
+        )
+        results.append(result(name, outcomes, struck, report.events_checked))
+        earlier |= {o.request_id for o in outcomes if o.request_id is not None}
+        await asyncio.to_thread(repair)
+        await asyncio.to_thread(cluster.wait_whole, 120.0)
+
+    print("\n| fault | requests | admitted | served | not served after | serve again (s) | request events |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r.fault} | {r.requests} | {r.admitted} | {r.served} | {r.failed_after} | {r.serve_again_s} | {r.events} |"
+        )
+    assert {worker_id(h) for h in hosts} <= set(cluster.state()["workers"])
+    assert stack1.process.poll() is None
+    assert stack2.process.poll() is None
