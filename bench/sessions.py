@@ -7,7 +7,8 @@ sends a long first turn (``--words`` words), then a short second turn streamed: 
 frame at the client is the figure. With sessions staying where their KV is (router_svc sends a
 session's turn to the worker holding it), turn 2 prefills only its new tokens on either worker.
 
-In the same run, three figures, each the median over ``--sessions`` sessions, one at a time:
+In the same run, three figures, each the median over ``--sessions`` sessions, one at a time, measured in
+two rounds (two workers, then one, then two again, then one) so that drift falls on each alike:
 1. two workers on billing, turn 2 with its session id (``X-NRT-Session``);
 2. the same turn 2 without a session id (any worker, the whole conversation prefilled): what losing
    the KV costs, for reference;
@@ -32,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -82,6 +83,17 @@ class Stack:
     gateway_url: str
     follower: EventFollower
     workers: dict[str, asyncio.subprocess.Process]
+    spawn: Callable[[str], Awaitable[None]]  # (re)start a worker process
+
+    async def only(self, wanted: tuple[str, ...]) -> None:
+        """Stop or start the second worker so that exactly ``wanted`` serve billing, per the log."""
+        second = WORKERS[1]
+        if second in wanted and self.workers[second].returncode is not None:
+            await self.spawn(second)
+        elif second not in wanted and self.workers[second].returncode is None:
+            self.workers[second].send_signal(signal.SIGTERM)  # it leaves: billing on one worker
+            await self.workers[second].wait()
+        await until_serving(self.follower, wanted, self.workers)
 
 
 def first_turn(words: int, i: int) -> str:
@@ -119,8 +131,8 @@ def holds_session(session: str, state: ClusterState) -> bool:
     return session in state.sessions
 
 
-async def phase(stack: Stack, tag: str, sessions: int, words: int, with_session: bool) -> float:
-    """The median turn-2 time to first frame over ``sessions`` conversations."""
+async def phase(stack: Stack, tag: str, sessions: int, words: int, with_session: bool) -> list[float]:
+    """Turn 2's time to first frame in each of ``sessions`` conversations."""
     figures = []
     async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=60) as client:
         for i in range(sessions):
@@ -129,7 +141,7 @@ async def phase(stack: Stack, tag: str, sessions: int, words: int, with_session:
             # a person's next turn comes seconds later: the log has the turn's SessionTouched by then
             await stack.follower.wait_for(partial(holds_session, session), within=10)
             figures.append(await turn_two_ttft(client, session if with_session else None, messages))
-    return statistics.median(figures)
+    return figures
 
 
 @contextlib.asynccontextmanager
@@ -162,8 +174,9 @@ async def running() -> AsyncIterator[Stack]:
         try:
             for service in ("cluster_state", "router_svc", "api_gateway"):
                 await supervisor.start(supervisor.python_module(service, service, env))
-            for worker_id in WORKERS:
-                log = (tmp / f"{worker_id}.log").open("wb")
+
+            async def spawn(worker_id: str) -> None:
+                log = (tmp / f"{worker_id}.log").open("ab")
                 workers[worker_id] = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
@@ -172,10 +185,13 @@ async def running() -> AsyncIterator[Stack]:
                     stdout=log,
                     stderr=log,
                 )
+
+            for worker_id in WORKERS:
+                await spawn(worker_id)
             follower = EventFollower(broker)
             await follower.start()
-            await follower.wait_for(lambda s: serving_workers(s, "billing") == WORKERS, within=READY_WITHIN)
-            stack = Stack(f"http://127.0.0.1:{port}", follower, workers)
+            await until_serving(follower, WORKERS, workers, tmp)
+            stack = Stack(f"http://127.0.0.1:{port}", follower, workers, spawn)
             await until_ready(stack.gateway_url)
             yield stack
         finally:
@@ -185,6 +201,24 @@ async def running() -> AsyncIterator[Stack]:
                     process.terminate()
                     await process.wait()
             await supervisor.stop()
+
+
+async def until_serving(
+    follower: EventFollower,
+    wanted: tuple[str, ...],
+    workers: dict[str, asyncio.subprocess.Process],
+    logs: Path | None = None,
+) -> None:
+    """Until the log says exactly ``wanted`` serve billing; SystemExit when a wanted worker exits first."""
+    deadline = time.monotonic() + READY_WITHIN
+    while serving_workers(follower.state, "billing") != wanted:
+        for worker_id in wanted:
+            if (code := workers[worker_id].returncode) is not None:
+                tail = (logs / f"{worker_id}.log").read_text(errors="replace")[-2000:] if logs else ""
+                raise SystemExit(f"worker {worker_id} exited with {code}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"billing was not on {', '.join(wanted)} within {READY_WITHIN:g}s")
+        await asyncio.sleep(0.2)
 
 
 async def until_ready(url: str) -> None:
@@ -200,23 +234,28 @@ async def until_ready(url: str) -> None:
 
 
 async def main(sessions: int, words: int) -> None:
+    two: list[float] = []
+    cold: list[float] = []
+    one: list[float] = []
+    half = max(1, sessions // 2)
     async with running() as stack:
-        await phase(stack, "warm", 4, words, with_session=True)
-        two = await phase(stack, "two", sessions, words, with_session=True)
-        cold = await phase(stack, "cold", sessions, words, with_session=False)
-        stack.workers[WORKERS[1]].send_signal(signal.SIGTERM)  # it leaves: billing on one worker
-        await stack.workers[WORKERS[1]].wait()
-        await stack.follower.wait_for(lambda s: serving_workers(s, "billing") == WORKERS[:1], within=30)
-        one = await phase(stack, "one", sessions, words, with_session=True)
+        await phase(stack, "warm", 10, words, with_session=True)  # both workers (the ids hash to each)
+        for round_ in range(2):  # each figure twice, at different times: drift falls on all of them alike
+            two += await phase(stack, f"two{round_}", half, words, with_session=True)
+            cold += await phase(stack, f"cold{round_}", half, words, with_session=False)
+            await stack.only(WORKERS[:1])
+            one += await phase(stack, f"one{round_}", half, words, with_session=True)
+            await stack.only(WORKERS)
+    m_two, m_cold, m_one = statistics.median(two), statistics.median(cold), statistics.median(one)
     print(
         f"sessions benchmark: billing (catalogue://tiny-llama), turn 1 of {words} words, turn 2 streamed; "
-        f"median of {sessions} sessions each"
+        f"median of {len(two)} sessions each, in two rounds"
     )
-    print(f"turn-2 ttft, two workers, with its session:    {two:8.2f} ms")
-    print(f"turn-2 ttft, two workers, without its session: {cold:8.2f} ms (the whole conversation prefilled)")
-    print(f"turn-2 ttft, one worker, with its session:     {one:8.2f} ms")
-    print(f"turn-2 ttft without the session's KV vs with ratio {cold / two:.2f}")
-    print(f"turn-2 ttft two workers vs one ratio {two / one:.2f}")
+    print(f"turn-2 ttft, two workers, with its session:    {m_two:8.2f} ms")
+    print(f"turn-2 ttft, two workers, without its session: {m_cold:8.2f} ms (the whole conversation prefilled)")
+    print(f"turn-2 ttft, one worker, with its session:     {m_one:8.2f} ms")
+    print(f"turn-2 ttft without the session's KV vs with ratio {m_cold / m_two:.2f}")
+    print(f"turn-2 ttft two workers vs one ratio {m_two / m_one:.2f}")
 
 
 def cli() -> None:
