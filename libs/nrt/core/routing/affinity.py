@@ -118,7 +118,7 @@ def stay_on_specialist(manifest: Manifest, decision: Decision, previous: str | N
     )
     return msgspec.structs.replace(
         decision,
-        intent=labels[0] if len(labels) == 1 else max(labels, key=lambda label: decision.scores.get(label, 0.0)),
+        intent=max(labels, key=lambda label: decision.scores.get(label, 0.0)),  # the previous specialist's best label
         target=previous,
         rule=f"{decision.rule}; the conversation stays on {previous} ({why})",
     )
