@@ -132,6 +132,7 @@ class Controller:
         self.stream_sequence = 0
         self._unechoed: dict[str, None] = {}  # event ids, in the order they were decided
         self.acting = False  # policies run on new events only once the backlog is folded
+        self.leading: Callable[[], bool] = lambda: True  # and only while this instance's leader lease runs
         self._manifest: Manifest | None = None
         self._manifest_digest: str | None = None
         self._waiters: list[tuple[Callable[[ClusterState], bool], asyncio.Future[ClusterState]]] = []
@@ -173,7 +174,7 @@ class Controller:
             now = utc_now()
             self.state = absorb(self.state, record.event, now)
             self.position = record.position
-            if self.acting:
+            if self.acting and self.leading():
                 self.react(record.event, now)
 
     def rebuild(self, position: int, event: AnyEvent, now: datetime) -> None:
