@@ -134,6 +134,7 @@ class ClusterStateService:
             metrics=self.metrics,
             append=self.controller.record,
             limits=stream_limits or StreamLimits(),
+            may_fetch=self.leadership.leads,
         )
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
