@@ -373,10 +373,16 @@ class Controller:
         self._notify()
 
     def _abandon(self, exc: BaseException) -> None:
-        """The transaction failed: nothing it folded is in the log; undo the fold, fail who waited for it."""
+        """The transaction failed: nothing it folded is in the log; undo the fold, fail who waited for it.
+
+        What was heard meanwhile stays: the heartbeats of workers and gateways and since when we hear them are
+        observations, not the transaction's; put back, a transaction that hung (a database frozen, a session
+        ended by the server) would make them look silent for as long as it hung."""
         writing, self._writing = self._writing, None
         assert writing is not None
-        self.state, self.position = writing.before, writing.position
+        heard = self.state
+        self.state = replace(writing.before, seen=heard.seen, gateways=heard.gateways, started_at=heard.started_at)
+        self.position = writing.position
         for future in writing.written:
             if future.done():
                 continue
