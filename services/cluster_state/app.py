@@ -55,4 +55,5 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded
+    ctx.counters["leader_epoch"] = service.leadership.epoch  # the epoch this instance leads (0: a standby)
     await service.run(ctx.stopping)

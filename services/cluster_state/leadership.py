@@ -70,6 +70,10 @@ class Leadership:
                         announced = True
             await asyncio.sleep(self.terms.campaign_s)
 
+    def epoch(self) -> int:
+        """The epoch this instance leads now (0: a standby, deposed, or its lease ran out)."""
+        return self.tenure.epoch if self.tenure is not None and self.leads() else 0
+
     def leads(self) -> bool:
         """Whether to act now: the lease runs and this instance was not deposed."""
         if self.tenure is None:

@@ -48,8 +48,9 @@ async def test_a_standby_waits_for_the_lease_and_the_deposed_leader_steps_down()
     clocks = Clocks()
     store = InMemoryEventStore(clock=lambda: clocks.wall)
     leader = Leadership(store, TERMS, "a", clock=lambda: clocks.mono)
+    assert leader.epoch() == 0  # a standby until it leads
     tenure = await leader.acquire()
-    assert (tenure.epoch, leader.leads()) == (1, True)
+    assert (tenure.epoch, leader.leads(), leader.epoch()) == (1, True, 1)
 
     standby = Leadership(store, TERMS, "b", clock=lambda: clocks.mono)
     waiting = asyncio.ensure_future(standby.acquire())
@@ -67,6 +68,7 @@ async def test_a_standby_waits_for_the_lease_and_the_deposed_leader_steps_down()
     await keeping
     assert "taken over" in leader.why
     assert not leader.leads()
+    assert (leader.epoch(), standby.epoch()) == (0, 2)
     await leader.release()  # a deposed leader releases nothing: b's lease stands
     assert await store.leader() == standby.lease
 

@@ -76,6 +76,7 @@ async def test_a_standby_takes_over_from_a_leader_that_died_holding_its_lease(
         await until_head(event_store, 80)
         await asyncio.sleep(QUICK.lease_s)
         assert not waiting.done()  # the leader renews: the standby waits
+        assert (leader.leadership.epoch(), standby.leadership.epoch()) == (1, 0)
 
         leader.leadership.lease = None  # it dies without releasing: the lease runs out on its own
         await leader.stop()
@@ -92,6 +93,7 @@ async def test_a_standby_takes_over_from_a_leader_that_died_holding_its_lease(
         lease = await event_store.leader()
         assert lease is not None
         assert (lease.epoch, lease.holder) == (2, "standby")
+        assert (leader.leadership.epoch(), standby.leadership.epoch()) == (0, 2)  # what their health replies say
     finally:
         await leader.stop()
         await standby.stop()
