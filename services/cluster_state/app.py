@@ -8,6 +8,7 @@ from cluster_state.service import ClusterStateService, ConfigurationError
 from cluster_state.settings import ClusterStateSettings
 from nrt.adapters.bus.jetstream import StreamLimits
 from nrt.adapters.settings import env_name
+from nrt.core.eventlog import LeaseError
 from nrt.entrypoints.service import ServiceContext
 
 MANIFEST_ENV = env_name(ClusterStateSettings, "manifest")
@@ -31,6 +32,13 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
             "it records the event log in PostgreSQL"
         )
     text, source = bootstrap_manifest(Path(manifest) if manifest else settings.manifest)
+    try:
+        lease = settings.lease()
+    except LeaseError as exc:
+        raise ConfigurationError(
+            f"{exc} ({env_name(ClusterStateSettings, 'leader_lease_s')}, "
+            f"{env_name(ClusterStateSettings, 'leader_renew_s')})"
+        ) from None
     service = ClusterStateService(
         ctx.broker,
         settings.database_url,
@@ -42,7 +50,10 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         snapshot_every_events=settings.snapshot_every_events,
         snapshot_every_s=settings.snapshot_every_s,
         stream_limits=StreamLimits.of(settings),
+        lease=lease,
+        holder=ctx.instance,
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded
+    ctx.counters["leader_epoch"] = service.leadership.epoch  # the epoch this instance leads (0: a standby)
     await service.run(ctx.stopping)

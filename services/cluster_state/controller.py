@@ -132,6 +132,7 @@ class Controller:
         self.stream_sequence = 0
         self._unechoed: dict[str, None] = {}  # event ids, in the order they were decided
         self.acting = False  # policies run on new events only once the backlog is folded
+        self.leading: Callable[[], bool] = lambda: True  # and only while this instance's leader lease runs
         self._manifest: Manifest | None = None
         self._manifest_digest: str | None = None
         self._waiters: list[tuple[Callable[[ClusterState], bool], asyncio.Future[ClusterState]]] = []
@@ -173,7 +174,7 @@ class Controller:
             now = utc_now()
             self.state = absorb(self.state, record.event, now)
             self.position = record.position
-            if self.acting:
+            if self.acting and self.leading():
                 self.react(record.event, now)
 
     def rebuild(self, position: int, event: AnyEvent, now: datetime) -> None:
@@ -372,10 +373,16 @@ class Controller:
         self._notify()
 
     def _abandon(self, exc: BaseException) -> None:
-        """The transaction failed: nothing it folded is in the log; undo the fold, fail who waited for it."""
+        """The transaction failed: nothing it folded is in the log; undo the fold, fail who waited for it.
+
+        What was heard meanwhile stays: the heartbeats of workers and gateways and since when we hear them are
+        observations, not the transaction's; put back, a transaction that hung (a database frozen, a session
+        ended by the server) would make them look silent for as long as it hung."""
         writing, self._writing = self._writing, None
         assert writing is not None
-        self.state, self.position = writing.before, writing.position
+        heard = self.state
+        self.state = replace(writing.before, seen=heard.seen, gateways=heard.gateways, started_at=heard.started_at)
+        self.position = writing.position
         for future in writing.written:
             if future.done():
                 continue

@@ -24,6 +24,9 @@ before it is recorded never reaches the log (logged as an error at start). The l
 exceed how far the recorder may fall behind — while cluster_state is down, or slower than the
 traffic — and the recorder warns once it is more than half of ``max_msgs`` behind.
 
+Only the leader fetches (``may_fetch``: its lease runs): a deposed leader that wakes up must not take
+messages from the consumer its successor re-created under the same durable name.
+
 This loop is the one JetStream consumer not on FastStream: it takes what the stream has at
 once, lingers ``linger_s`` for more, commits, then acknowledges; a failed append is retried
 in place and never acknowledged; ``caught_up`` tells the service when the backlog is folded.
@@ -38,12 +41,13 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from nrt.adapters.bus import subjects
@@ -78,6 +82,7 @@ class Recorder:
         metrics: StateMetrics | None = None,
         append: Append | None = None,  # default: the store's append (cluster_state: the controller's record)
         limits: StreamLimits | None = None,  # applied to the stream at start (None: create it with the defaults)
+        may_fetch: Callable[[], bool] = lambda: True,  # cluster_state: while its leader lease runs
     ) -> None:
         self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
@@ -94,6 +99,7 @@ class Recorder:
         self.caught_up = asyncio.Event()  # set after the first fetch that finds nothing new
         self.sequence = 0  # the stream sequence of the last message recorded (or before the first to record)
         self.limits = limits
+        self.may_fetch = may_fetch
         self._lag_warned = False
         self.rejected = 0  # events whose subject may not carry their type: never stored
         self.lost = 0  # messages the stream dropped before they were recorded (its limits are too small)
@@ -163,6 +169,12 @@ class Recorder:
     async def run(self, stopping: asyncio.Event) -> None:
         assert self._sub is not None, "start() first"
         while not stopping.is_set():
+            if not self.may_fetch():
+                # A deposed (or paused) leader must not take messages from the durable consumer that its
+                # successor has re-created under the same name: an acknowledgement of a later message by the
+                # successor would acknowledge them too (AckPolicy.ALL) before any log recorded them.
+                await asyncio.sleep(self.poll_s)
+                continue
             try:
                 messages = await self._sub.fetch(self.batch, timeout=self.poll_s)
             except TimeoutError:
@@ -173,6 +185,7 @@ class Recorder:
                 continue
             if len(messages) < self.batch and self.linger_s > 0:
                 await asyncio.sleep(self.linger_s)
+            if len(messages) < self.batch and self.linger_s > 0 and self.may_fetch():
                 with contextlib.suppress(TimeoutError):
                     messages += await self._sub.fetch(self.batch - len(messages), timeout=self.linger_s)
             if not stopping.is_set():
@@ -197,24 +210,20 @@ class Recorder:
         self._lag_warned = pending > limit // 2
 
     async def _record(self, messages: list[Msg]) -> None:
-        first = messages[0].metadata.sequence.stream
-        if first > self.sequence + 1:
-            self.lost += first - self.sequence - 1
-            self.metrics.lost.inc(first - self.sequence - 1)
-            log.error(
-                "stream sequences %d..%d were dropped by the stream's retention limits before they were recorded: "
-                "they never reach the log (%d lost since start); raise NRT_EVENTS_STREAM_MAX_MSGS / "
-                "NRT_EVENTS_STREAM_MAX_AGE_S",
-                self.sequence + 1,
-                first - 1,
-                self.lost,
-            )
+        stream_messages: list[_StreamMessage] = []
+        expected = self.sequence + 1
+        for delivered in messages:  # in stream order; a gap is filled from the stream itself
+            sequence = delivered.metadata.sequence.stream
+            if sequence > expected:
+                stream_messages += await self._skipped(expected, sequence)
+            stream_messages.append(_StreamMessage.of(delivered))
+            expected = max(expected, sequence + 1)
         events: list[Event] = []
-        for msg in messages:
+        for msg in stream_messages:
             try:
                 event = decode(msg.data, message_version(msg.headers))  # an older version is upcast
             except EventDecodeError as exc:
-                log.error("not recording the message at stream sequence %d: %s", msg.metadata.sequence.stream, exc)
+                log.error("not recording the message at stream sequence %d: %s", msg.sequence, exc)
                 continue
             if not may_carry(msg.subject, event.type):
                 self.rejected += 1
@@ -223,7 +232,7 @@ class Recorder:
                     "rejected %s %s at stream sequence %d: %s may not carry it (%d rejected since start)",
                     event.type,
                     event.event_id,
-                    msg.metadata.sequence.stream,
+                    msg.sequence,
                     msg.subject,
                     self.rejected,
                 )
@@ -243,6 +252,60 @@ class Recorder:
             log.info("skipped %d events already in the log (redelivered)", result.duplicates)
         if result.recorded:
             self.on_recorded(result.recorded)
+
+    async def _skipped(self, start: int, first: int) -> list[_StreamMessage]:
+        """The messages from ``start`` to before ``first`` that the consumer did not deliver, read from the stream.
+
+        The consumer skipped them: delivered to someone else (a deposed leader that woke up and fetched from
+        the consumer its successor re-created under the same name; it never acknowledges them, and our
+        acknowledgement of a later message acknowledges them too), or dropped by the stream's limits, which
+        are lost (counted, logged)."""
+        stream = await self.js.stream_info(subjects.EVENTS_STREAM)
+        found: list[_StreamMessage] = []
+        for sequence in range(max(start, stream.state.first_seq), first):
+            with contextlib.suppress(NotFoundError):  # deleted: as lost as one the limits dropped
+                raw = await self.js.get_msg(subjects.EVENTS_STREAM, sequence)
+                found.append(_StreamMessage.read(raw, sequence))
+        if found:
+            log.warning(
+                "read %d message(s) between stream sequences %d and %d from the stream: the consumer had "
+                "delivered them elsewhere (a deposed leader's fetch)",
+                len(found),
+                start,
+                first - 1,
+            )
+        missing = first - start - len(found)
+        if missing:
+            self.lost += missing
+            self.metrics.lost.inc(missing)
+            log.error(
+                "%d message(s) between stream sequences %d and %d were dropped by the stream's retention limits "
+                "before they were recorded: they never reach the log (%d lost since start); raise "
+                "NRT_EVENTS_STREAM_MAX_MSGS / NRT_EVENTS_STREAM_MAX_AGE_S",
+                missing,
+                start,
+                first - 1,
+                self.lost,
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamMessage:
+    """What recording reads of a message: from the consumer's delivery, or read from the stream by sequence."""
+
+    sequence: int
+    subject: str
+    data: bytes
+    headers: Mapping[str, str] | None
+
+    @classmethod
+    def of(cls, msg: Msg) -> _StreamMessage:
+        return cls(msg.metadata.sequence.stream, msg.subject, msg.data, msg.headers)
+
+    @classmethod
+    def read(cls, raw: RawStreamMsg, sequence: int) -> _StreamMessage:
+        return cls(sequence, raw.subject or "", raw.data or b"", raw.headers)
 
 
 def _recording_failed(events: int) -> OnRetry:

@@ -1,7 +1,8 @@
 """cluster_state: the event log's recorder and the policies' shell.
 
-Start-up: migrate the database, take the leader lock (one instance records at a time),
-fold the PostgreSQL log into the state, start the durable JetStream consumer and fold
+Start-up: migrate the database, wait as a standby until this instance leads the log
+(``cluster_state.leadership``: a lease and a fencing epoch; one instance records and decides at
+a time, and the database refuses the writes of a deposed one), fold the PostgreSQL log into the state, start the durable JetStream consumer and fold
 its backlog; when the stream lacks the manifest in force (a new or recreated stream),
 re-publish from the log the state the other services fold (``reseed``); then — on a
 first start with an empty log — apply the bootstrap manifest as ``ManifestApplied``
@@ -19,6 +20,10 @@ beaten or been declared lost; the same manifest again records nothing. Then serv
 - heartbeats on ``nrt.workers.heartbeat`` and ``nrt.gateways.heartbeat``; a tick for liveness,
   placement and the requests whose gateway is gone (``nrt.core.policies.owners``), a sweep for the
   session LRU.
+
+While leading it renews its lease; ticks, sweeps and the policies act only while the lease runs. A
+deposed instance (a renewal found another epoch, or the database refused a write) stops and exits with
+``Deposed``; a clean stop releases the lease, so that a standby takes over at once.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 import uuid
 from typing import Any
 
-import psycopg
 from faststream.nats import NatsBroker
 from faststream.nats.subscriber.usecases import LogicSubscriber
 from prometheus_client import CollectorRegistry
@@ -38,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from cluster_state import snapshots
 from cluster_state.controller import Controller, parse_in_force, utc_now
 from cluster_state.key_registry import bootstrap_keys, create_key, revoke_key
+from cluster_state.leadership import Deposed, Leadership
 from cluster_state.outbox_relay import OutboxRelay
 from cluster_state.promotion import promote
 from cluster_state.recorder import Recorder
@@ -48,10 +55,9 @@ from nrt.adapters.bus import broker as bus
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.bus.jetstream import EventPublisher, StreamLimits
-from nrt.adapters.infra.pgurl import to_libpq
 from nrt.adapters.metrics import ClusterCollector, StateMetrics
 from nrt.adapters.store import EventStore, upgrade
-from nrt.core.eventlog import RecordedEvent
+from nrt.core.eventlog import LeaseTerms, RecordedEvent
 from nrt.core.events import DrainCompleted, ManifestApplied
 from nrt.core.manifest import ManifestError
 from nrt.core.policies import ControlState, Tuning
@@ -73,7 +79,6 @@ from nrt.core.whatif import WhatIfReport
 
 log = logging.getLogger("nrt.cluster_state")
 
-LEADER_LOCK_KEY = 0x6E72_7463  # "nrtc": one cluster_state records and acts at a time
 BOOTSTRAP_NAMESPACE = uuid.UUID("5f0c3b7e-3c1a-4d59-9d0e-6e7274000001")
 OUTBOX_SCAN = 1_000_000  # the decisions left unpublished at start: the outbox is empty in a steady state
 
@@ -97,6 +102,8 @@ class ClusterStateService:
         snapshot_every_events: int = 10_000,
         snapshot_every_s: float = 60.0,
         stream_limits: StreamLimits | None = None,  # the events stream's retention (None: the defaults)
+        lease: LeaseTerms | None = None,  # the leader's lease (None: the defaults)
+        holder: str | None = None,  # this instance's name in the leadership record (None: host-pid)
     ) -> None:
         self.broker = broker
         self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
@@ -108,12 +115,16 @@ class ClusterStateService:
         self.keys = keys or {}  # the keys given at start, by scope (never logged)
         self.stopping = asyncio.Event()
         self.store = EventStore.connect(database_url)
+        self.leadership = Leadership(
+            self.store, lease or LeaseTerms(), holder or f"{socket.gethostname()}-{os.getpid()}"
+        )
         self.publisher = EventPublisher(nc, service="cluster_state")
         self.controller = Controller(
             broker, self.publisher, ControlState(started_at=utc_now(), tuning=tuning or Tuning()), decisions=self.store
         )
         self.relay = OutboxRelay(nc, self.store)
         self.controller.on_decided = self.relay.notify
+        self.controller.leading = self.leadership.leads
         self.controller.on_decisions_recorded = self._on_recorded
         self.swapper = Swapper(self.controller)
         self.recorder = Recorder(
@@ -123,12 +134,12 @@ class ClusterStateService:
             metrics=self.metrics,
             append=self.controller.record,
             limits=stream_limits or StreamLimits(),
+            may_fetch=self.leadership.leads,
         )
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)
         )
         self.snapshot_every = (snapshot_every_events, snapshot_every_s)
-        self._leader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._subs: list[LogicSubscriber[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -137,6 +148,7 @@ class ClusterStateService:
     async def start(self) -> None:
         await asyncio.to_thread(upgrade, self.database_url)
         await self._lead()
+        self._tasks.append(asyncio.create_task(self.leadership.keep(self.stopping), name="cluster_state lease"))
         await self._rebuild()
         await self.recorder.start()
         # where the fold stands on the stream: the recorder's start, and the decisions not published yet
@@ -198,15 +210,23 @@ class ClusterStateService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.recorder.stop()
         self.controller.cancel()
+        await self.leadership.release()
         await self.store.close()
-        if self._leader is not None:
-            await self._leader.close()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        await self.start()
+        """Wait as a standby, then lead and serve until ``stopping`` is set; raises ``Deposed`` once stopped if
+        another instance took over (during the start too: a fenced write there never succeeds)."""
+        waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self.leadership.deposed.wait())]
+        starting = asyncio.ensure_future(self.start())
         try:
-            await stopping.wait()
+            await asyncio.wait({starting, *waits}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                starting.result()  # a failed start raises
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for future in (starting, *waits):
+                future.cancel()
+            await asyncio.gather(starting, *waits, return_exceptions=True)
             # The service shell cancels its body on SIGTERM; finish stopping anyway, so that
             # no subscription is left for the connection's drain to wait out.
             stopped = asyncio.ensure_future(self.stop())
@@ -215,20 +235,14 @@ class ClusterStateService:
             except asyncio.CancelledError:
                 await stopped
                 raise
+        if self.leadership.deposed.is_set():
+            raise Deposed(self.leadership.why)
 
     async def _lead(self) -> None:
-        """Hold a session advisory lock for our lifetime: a second instance waits instead of interleaving."""
-        self._leader = await psycopg.AsyncConnection.connect(to_libpq(self.database_url), autocommit=True)
-        announced = False
-        while True:
-            cursor = await self._leader.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,))
-            row = await cursor.fetchone()
-            if row is not None and row[0]:
-                return
-            if not announced:
-                log.warning("another cluster_state instance holds the leader lock; waiting for it to stop")
-                announced = True
-            await asyncio.sleep(1.0)
+        """Wait as a standby until this instance leads the log (measured: the takeover's first part)."""
+        started = time.perf_counter()
+        tenure = await self.leadership.acquire()
+        log.info("leading (epoch %d) after %.0f ms as a standby", tenure.epoch, (time.perf_counter() - started) * 1e3)
 
     def _on_recorded(self, recorded: list[RecordedEvent]) -> None:
         """Newly recorded events (the controller folded them as they were appended)."""
@@ -336,6 +350,8 @@ class ClusterStateService:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
+            if not self.leadership.leads():
+                continue  # the lease may have run out: decide nothing until it is renewed
             if not self._hearing():
                 self.controller.listening()  # no heartbeat can come in: nobody misses one meanwhile
                 continue
@@ -353,6 +369,8 @@ class ClusterStateService:
         while True:
             manifest = self.controller.manifest
             await asyncio.sleep(manifest.lru.sweep_interval if manifest is not None else 5.0)
+            if not self.leadership.leads():
+                continue
             try:
                 self.controller.sweep()
             except Exception:
@@ -389,4 +407,4 @@ class ClusterStateService:
         return await promote(self.controller, request)
 
 
-__all__ = ["ClusterStateService", "ConfigurationError", "ManifestError"]
+__all__ = ["ClusterStateService", "ConfigurationError", "Deposed", "ManifestError"]

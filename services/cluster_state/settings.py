@@ -7,13 +7,14 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 
 from nrt.adapters.settings import EventsStreamSettings, HeartbeatSettings
+from nrt.core.eventlog import LeaseTerms
 from nrt.core.policies import Tuning
 from nrt.core.vocabulary import KeyScope
 
 
 class ClusterStateSettings(HeartbeatSettings, EventsStreamSettings):
     """What cluster_state reads: the shared settings, the heartbeat, the events stream's retention, its
-    bootstrap manifest and snapshots."""
+    bootstrap manifest, snapshots and the leader's lease."""
 
     manifest: Path | None = Field(
         default=None,
@@ -44,6 +45,24 @@ class ClusterStateSettings(HeartbeatSettings, EventsStreamSettings):
     snapshot_every_s: float = Field(
         default=60.0, gt=0, description="snapshot the folded state at least this often while events arrive (seconds)"
     )
+
+    leader_lease_s: float = Field(
+        default=LeaseTerms().lease_s,
+        gt=0,
+        description="the leader's lease on the event log (seconds): a standby cluster_state takes over about this "
+        "long after the leader dies (a clean stop hands over at once); the leader stops acting when it could not "
+        "renew it for this long",
+    )
+    leader_renew_s: float = Field(
+        default=LeaseTerms().renew_s,
+        gt=0,
+        description="how often the leader renews its lease (seconds); at most half the lease. A standby tries "
+        "to take over twice as often",
+    )
+
+    def lease(self) -> LeaseTerms:
+        """The leader's lease, as configured (LeaseError when the two do not fit together)."""
+        return LeaseTerms(lease_s=self.leader_lease_s, renew_s=self.leader_renew_s)
 
     def keys(self) -> dict[KeyScope, str]:
         """The keys given at start, by scope."""

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 from nrt.adapters.infra.embedded_nats import nats_server_binary
-from nrt.adapters.infra.pgurl import to_sqlalchemy
+from nrt.adapters.infra.pgurl import to_libpq, to_sqlalchemy
 from nrt.testing.hosts import Host, HostNetwork
 from nrt.testing.processes import python_services
 from nrt.testing.stacks import link_tiny_models
@@ -100,17 +101,6 @@ class StackOnHost:
 
     def service_pid(self, service: str) -> int | None:
         return python_services(self.process.pid, SERVICES).get(service)
-
-    def service_log(self, service: str) -> Path:
-        return self.data_dir / "logs" / f"{service}.log"
-
-    def cluster_state_leads(self) -> bool:
-        """Whether this stack's cluster_state leads, from what it logged last about leadership."""
-        log = self.service_log("cluster_state")
-        text = log.read_text(errors="replace") if log.exists() else ""
-        waiting = text.rfind("holds the leader lock; waiting")
-        started = text.rfind("rebuilt the state from the log")
-        return started > waiting
 
 
 @dataclass
@@ -202,9 +192,14 @@ class HostedCluster:
         raise AssertionError(f"no gateway answered /v1/cluster: {problem}")
 
     def leader(self) -> StackOnHost:
-        """The stack whose cluster_state leads (the other's waits as the standby)."""
-        leading = [stack for stack in self.stacks if stack.cluster_state_leads()]
-        assert len(leading) == 1, f"{len(leading)} cluster_state instances say they lead"
+        """The stack whose cluster_state leads (the other's waits as the standby): the holder of the lease in
+        the log's ``leadership`` record is ``HOST-PID`` (the instance id each service answers health with)."""
+        with psycopg.connect(to_libpq(self.database_url)) as conn:
+            row = conn.execute("SELECT holder FROM leadership").fetchone()
+        assert row is not None, "no cluster_state has led yet"
+        pid = int(str(row[0]).rsplit("-", 1)[1])
+        leading = [stack for stack in self.stacks if stack.service_pid("cluster_state") == pid]
+        assert len(leading) == 1, f"the lease's holder {row[0]} is no cluster_state of this cluster's stacks"
         return leading[0]
 
     def holders(self, model_id: str) -> list[Host]:

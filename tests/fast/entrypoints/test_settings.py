@@ -123,6 +123,8 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_GATEWAY_MAX_MESSAGES": ("100", "max_messages", 100),
         "NRT_SNAPSHOT_EVERY_EVENTS": ("500", "snapshot_every_events", 500),
         "NRT_SNAPSHOT_EVERY_S": ("30", "snapshot_every_s", 30.0),
+        "NRT_LEADER_LEASE_S": ("6", "leader_lease_s", 6.0),
+        "NRT_LEADER_RENEW_S": ("2", "leader_renew_s", 2.0),
         "NRT_EVENTS_STREAM_MAX_MSGS": ("250000", "events_stream_max_msgs", 250_000),
         "NRT_EVENTS_STREAM_MAX_AGE_S": ("3600", "events_stream_max_age_s", 3600.0),
     }

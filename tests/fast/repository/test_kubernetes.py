@@ -171,10 +171,11 @@ def test_one_deployment_per_service_and_a_worker_statefulset_per_device_kind() -
     gateway, router = deployments["api-gateway"], deployments["router-svc"]
     assert gateway["spec"]["replicas"] >= 2
     assert router["spec"]["replicas"] >= 2
-    # one cluster_state, never two at once: a second would wait on the leader lock, and nothing fences yet
+    # cluster_state: a leader and a standby (a lease and a fencing epoch make two safe); a rolling update starts
+    # the new pod as a standby before an old one stops
     state = deployments["cluster-state"]
-    assert state["spec"]["replicas"] == 1
-    assert state["spec"]["strategy"] == {"type": "Recreate"}
+    assert state["spec"]["replicas"] == 2
+    assert state["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     [job] = _of_kind("Job").values()
     assert _container(job)["command"] == ["nrt", "db", "migrate"]
     assert _pod(job)["restartPolicy"] == "OnFailure"

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
 
-from cluster_helpers import applied, joined, manifest, view
+from cluster_helpers import applied, beat, joined, manifest, view
 from cluster_state.controller import Controller, split_decisions
 from nrt.adapters.bus import broker as bus
 from nrt.adapters.store import InMemoryEventStore
 from nrt.core.eventlog import Checkpoint, Decide, DecidedAppend, Decisions, RecordedEvent
 from nrt.core.events import Event, ModelPlaced
 from nrt.core.policies import Control, Emit
-from nrt.core.protocol import ControlCommand
+from nrt.core.protocol import ControlCommand, GatewayHeartbeat
 from nrt.core.vocabulary import Reason, Tier
 
 
@@ -84,6 +85,40 @@ async def test_a_lost_commit_undoes_the_fold_and_the_batch_is_decided_again(memo
     assert any(isinstance(r.event, ModelPlaced) for r in retried.recorded)
     assert c.position == await store.head()
     assert "w1" in c.cluster.workers
+    c.cancel()
+
+
+class HangingStore(InMemoryEventStore):
+    """A transaction that hangs until ``release`` is set (a database frozen), then fails (its session ended)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hanging = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append_decided(
+        self, causes: Sequence[Event], decide: Decide, checkpoint: Checkpoint | None = None
+    ) -> DecidedAppend:
+        decide([])
+        self.hanging.set()
+        await self.release.wait()
+        raise ConnectionError("terminating connection due to idle-in-transaction timeout")
+
+
+async def test_a_failed_transaction_keeps_the_heartbeats_heard_while_it_hung(memory: NatsBroker) -> None:
+    store = HangingStore()
+    c = controller(memory, store)
+    recording = asyncio.ensure_future(c.record([applied(manifest()), joined("w1")]))
+    await store.hanging.wait()
+    await c.on_heartbeat(beat("w1"))
+    await c.on_gateway_heartbeat(GatewayHeartbeat(gateway_id="g1", sent_at=0.0))
+    c.listening()
+    heard = (c.state.seen["w1"].last_seen, c.state.gateways["g1"], c.state.started_at)
+    store.release.set()
+    with pytest.raises(ConnectionError):
+        await recording
+    assert c.position == 0  # the fold is undone
+    assert (c.state.seen["w1"].last_seen, c.state.gateways["g1"], c.state.started_at) == heard  # what was heard is not
     c.cancel()
 
 

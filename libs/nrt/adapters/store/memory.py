@@ -2,7 +2,7 @@
 
 Same positions, stream versions, optimistic concurrency, idempotency by event id, hash
 chain (``nrt.core.eventlog.hashchain``), canonical bodies (``nrt.core.events.encode``), replay order,
-verification and checkpoints as ``nrt.adapters.store.EventStore``: both pass the contract tests in
+verification, checkpoints and leadership (lease, fencing epoch) as ``nrt.adapters.store.EventStore``: both pass the contract tests in
 ``tests/integration/store/test_contract.py``. For handler tests and tools that need a log but no
 server. Appends are atomic because nothing in them awaits.
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 from nrt.core.eventlog.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
 from nrt.core.eventlog.hashchain import GENESIS, link, verify_rows
+from nrt.core.eventlog.leadership import Fenced, Lease, LeaseStore, OnFenced, expired
 from nrt.core.eventlog.records import (
     AppendResult,
     ChainReport,
@@ -66,8 +67,9 @@ def _recorded(row: StoredRow) -> RecordedEvent:
     )
 
 
-class InMemoryEventStore(DecisionLog):
-    """The event log in a dict; ``clock`` stamps ``recorded_at`` (one value per append, like a transaction)."""
+class InMemoryEventStore(DecisionLog, LeaseStore):
+    """The event log in a dict; ``clock`` stamps ``recorded_at`` (one value per append, like a transaction)
+    and is the leadership's clock."""
 
     def __init__(self, clock: Callable[[], datetime] = utc_now) -> None:
         self._clock = clock
@@ -78,6 +80,8 @@ class InMemoryEventStore(DecisionLog):
         self._checkpoints: dict[str, int] = {}
         self._snapshots: dict[tuple[int, int], Snapshot] = {}  # (position, fold version) -> snapshot
         self._outbox: list[int] = []  # positions of decided events not yet published
+        self._leadership = Lease(epoch=0, holder="", until=datetime(1970, 1, 1, tzinfo=UTC))
+        self._fence: tuple[int, OnFenced | None] | None = None  # (epoch, told when refused): see ``fence``
 
     async def close(self) -> None:
         """Nothing to release; the log stays readable."""
@@ -90,6 +94,7 @@ class InMemoryEventStore(DecisionLog):
         expected_versions: Mapping[str, int] | None = None,
         checkpoint: Checkpoint | None = None,
     ) -> AppendResult:
+        self._check_fence()
         keys = [_event_key(event) for event in events]
         fresh: list[Event] = []
         fresh_keys: list[str] = []
@@ -145,6 +150,7 @@ class InMemoryEventStore(DecisionLog):
         self, causes: Sequence[Event], decide: Decide, checkpoint: Checkpoint | None = None
     ) -> DecidedAppend:
         """Like the PostgreSQL store: all or nothing (the log is put back if ``decide`` or an append fails)."""
+        self._check_fence()
         saved = (dict(self._rows), dict(self._ids), dict(self._versions), self._streams, list(self._outbox))
         self._streams = {stream_id: list(positions) for stream_id, positions in self._streams.items()}
         try:
@@ -181,6 +187,7 @@ class InMemoryEventStore(DecisionLog):
         ]
 
     async def mark_published(self, positions: Sequence[int]) -> None:
+        self._check_fence()
         done = set(positions)
         self._outbox = [position for position in self._outbox if position not in done]
 
@@ -203,6 +210,45 @@ class InMemoryEventStore(DecisionLog):
             del self._rows[position]
         else:
             self._rows[position] = changed
+
+    # -- leadership (nrt.core.eventlog.leadership) ------------------------------------------
+
+    def fence(self, epoch: int, on_fenced: OnFenced | None = None) -> None:
+        self._fence = (epoch, on_fenced)
+
+    def _check_fence(self) -> None:
+        if self._fence is None:
+            return
+        epoch, on_fenced = self._fence
+        if self._leadership.epoch != epoch:
+            refused = Fenced(epoch, self._leadership.epoch)
+            if on_fenced is not None:
+                on_fenced(refused)
+            raise refused
+
+    async def claim(self, holder: str, lease_s: float) -> Lease | None:
+        now = self._clock()
+        if not expired(self._leadership, now):
+            return None
+        self._leadership = Lease(
+            epoch=self._leadership.epoch + 1, holder=holder, until=now + timedelta(seconds=lease_s)
+        )
+        return self._leadership
+
+    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
+        if self._leadership.epoch != lease.epoch:
+            return None
+        self._leadership = Lease(
+            epoch=lease.epoch, holder=self._leadership.holder, until=self._clock() + timedelta(seconds=lease_s)
+        )
+        return self._leadership
+
+    async def release(self, lease: Lease) -> None:
+        if self._leadership.epoch == lease.epoch:
+            self._leadership = Lease(epoch=lease.epoch, holder=self._leadership.holder, until=self._clock())
+
+    async def leader(self) -> Lease | None:
+        return self._leadership if self._leadership.epoch > 0 else None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -289,6 +335,7 @@ class InMemoryEventStore(DecisionLog):
     # -- snapshots -------------------------------------------------------------------------
 
     async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
+        self._check_fence()
         row = self._rows.get(position)
         if row is None:
             raise ValueError(f"the log has no row at position {position}: a snapshot must name a recorded position")
@@ -320,6 +367,7 @@ class InMemoryEventStore(DecisionLog):
     # -- consumer checkpoints ------------------------------------------------------------
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._check_fence()
         self._checkpoints[checkpoint.consumer] = checkpoint.sequence
 
     async def checkpoint(self, consumer: str) -> int:

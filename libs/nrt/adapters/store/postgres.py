@@ -4,6 +4,13 @@ Appends are serialised by a transaction-scoped advisory lock, which gives gaples
 positions and a single hash chain. Within the lock an append skips events already stored
 (idempotent by event id), checks expected stream versions (optimistic concurrency) and
 writes the batch with COPY.
+
+Leadership (``nrt.core.eventlog.leadership``): the ``leadership`` row holds the log's fencing epoch and
+its leader's lease, on the database's clock. A store fenced at an epoch (``fence``; cluster_state's)
+reads that row with ``FOR SHARE`` inside every write transaction and refuses the write (``Fenced``)
+when the epoch has moved on; the share lock makes a takeover (an ``UPDATE`` of the row) wait for a
+fenced write in flight. A fenced write transaction left idle for ``STALLED_WRITE_S`` (its writer was
+stopped mid-transaction) is ended by the server, so a paused leader cannot hold a takeover back.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from nrt.adapters.infra.pgurl import to_sqlalchemy
 from nrt.adapters.store.tables import APPEND_COLUMNS
 from nrt.core.eventlog.decisions import MAX_ROUNDS, Decide, DecidedAppend, DecisionLog, OutboxEntry, too_many_rounds
 from nrt.core.eventlog.hashchain import GENESIS, link, verify_rows
+from nrt.core.eventlog.leadership import Fenced, Lease, LeaseStore, OnFenced
 from nrt.core.eventlog.records import (
     AppendResult,
     ChainReport,
@@ -39,6 +47,22 @@ APPEND_LOCK_KEY = 0x6E7274  # "nrt": one appender at a time holds it for its tra
 _COPY_SQL = f"COPY events ({', '.join(APPEND_COLUMNS)}) FROM STDIN"
 _READ_COLUMNS = "position, stream_id, stream_version, recorded_at, body::text, schema_version"
 
+
+STALLED_WRITE_S = 5.0  # a fenced write transaction idle this long is ended by the server (its writer stalled)
+_FENCE_SQL = sa.text(
+    "SELECT epoch, set_config('idle_in_transaction_session_timeout', :idle, true) "
+    "FROM leadership WHERE id = 1 FOR SHARE"
+)
+_LEASE_COLUMNS = "epoch, holder, lease_until"
+_CLAIM_SQL = sa.text(
+    "UPDATE leadership SET epoch = epoch + 1, holder = :holder, lease_until = now() + make_interval(secs => :s) "
+    f"WHERE id = 1 AND lease_until <= now() RETURNING {_LEASE_COLUMNS}"
+)
+_RENEW_SQL = sa.text(
+    "UPDATE leadership SET lease_until = now() + make_interval(secs => :s) "
+    f"WHERE id = 1 AND epoch = :epoch RETURNING {_LEASE_COLUMNS}"
+)
+_RELEASE_SQL = sa.text("UPDATE leadership SET lease_until = now() WHERE id = 1 AND epoch = :epoch")
 
 _CHECKPOINT_SQL = sa.text(
     "INSERT INTO consumer_checkpoints (consumer, sequence, updated_at) VALUES (:c, :s, now()) "
@@ -70,11 +94,12 @@ def _expected_for(expected_versions: Mapping[str, int] | None) -> Mapping[str, i
     return expected_versions if expected_versions is not None else {}
 
 
-class EventStore(DecisionLog):
+class EventStore(DecisionLog, LeaseStore):
     """Append to and read from the event log. One instance per process; it owns an engine."""
 
     def __init__(self, engine: AsyncEngine, version_cache_size: int = 100_000) -> None:
         self.engine = engine
+        self._fence: tuple[int, OnFenced | None] | None = None  # (epoch, told when refused): see ``fence``
         self._tail: tuple[int, bytes] | None = None  # (position, hash) of the last row, as last seen
         self._versions: OrderedDict[str, int] = OrderedDict()  # stream id -> version, as last seen
         self._version_cache_size = version_cache_size
@@ -152,6 +177,7 @@ class EventStore(DecisionLog):
         data, recorded, tail = self._rows(fresh, versions, head, prev_hash)
         async with self.engine.begin() as conn:
             await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            await self._check_fence(conn)
             await self._copy(conn, data)
             await self._write_checkpoint(conn, checkpoint)
         self._remember(recorded, versions, tail)
@@ -162,6 +188,7 @@ class EventStore(DecisionLog):
     ) -> AppendResult:
         async with self.engine.begin() as conn:
             await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            await self._check_fence(conn)
             result, versions, tail = await self._append_in(conn, events, expected_versions)
             await self._write_checkpoint(conn, checkpoint)
         self._remember(result.recorded, versions, tail)
@@ -270,6 +297,7 @@ class EventStore(DecisionLog):
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+                await self._check_fence(conn)
                 result, _, tail = await self._append_in(conn, causes, None)
                 recorded = result.recorded
                 for _ in range(MAX_ROUNDS):
@@ -332,10 +360,49 @@ class EventStore(DecisionLog):
 
     async def mark_published(self, positions: Sequence[int]) -> None:
         async with self.engine.begin() as conn:
+            await self._check_fence(conn)
             await conn.execute(
                 sa.text("DELETE FROM decision_outbox WHERE position = ANY(CAST(:p AS bigint[]))"),
                 {"p": list(positions)},
             )
+
+    # -- leadership (nrt.core.eventlog.leadership) ------------------------------------------
+
+    def fence(self, epoch: int, on_fenced: OnFenced | None = None) -> None:
+        self._fence = (epoch, on_fenced)
+
+    async def _check_fence(self, conn: AsyncConnection) -> None:
+        """Inside a write transaction: refuse it unless the log is still led at this store's epoch."""
+        if self._fence is None:
+            return
+        epoch, on_fenced = self._fence
+        idle = f"{int(STALLED_WRITE_S * 1000)}ms"
+        row = (await conn.execute(_FENCE_SQL, {"idle": idle})).first()
+        current = int(row[0]) if row is not None else 0
+        if current != epoch:
+            refused = Fenced(epoch, current)
+            if on_fenced is not None:
+                on_fenced(refused)
+            raise refused
+
+    async def _lease(self, sql: sa.TextClause, params: dict[str, object]) -> Lease | None:
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(sql, params)).first()
+        return Lease(epoch=int(row[0]), holder=row[1], until=row[2]) if row is not None else None
+
+    async def claim(self, holder: str, lease_s: float) -> Lease | None:
+        return await self._lease(_CLAIM_SQL, {"holder": holder, "s": lease_s})
+
+    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
+        return await self._lease(_RENEW_SQL, {"epoch": lease.epoch, "s": lease_s})
+
+    async def release(self, lease: Lease) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(_RELEASE_SQL, {"epoch": lease.epoch})
+
+    async def leader(self) -> Lease | None:
+        lease = await self._lease(sa.text(f"SELECT {_LEASE_COLUMNS} FROM leadership WHERE id = 1"), {})
+        return lease if lease is not None and lease.epoch > 0 else None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -482,6 +549,7 @@ class EventStore(DecisionLog):
 
     async def save_snapshot(self, position: int, fold_version: int, state: bytes) -> Snapshot:
         async with self.engine.begin() as conn:
+            await self._check_fence(conn)
             row = (
                 await conn.execute(
                     sa.text(
@@ -541,6 +609,7 @@ class EventStore(DecisionLog):
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Store ``checkpoint`` on its own (e.g. after skipping a message that is not an event)."""
         async with self.engine.begin() as conn:
+            await self._check_fence(conn)
             await self._write_checkpoint(conn, checkpoint)
 
     async def checkpoint(self, consumer: str) -> int:

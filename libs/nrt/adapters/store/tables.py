@@ -48,6 +48,16 @@ decision_outbox = sa.Table(
     sa.Column("position", sa.BigInteger, sa.ForeignKey("events.position"), primary_key=True, autoincrement=False),
 )
 
+leadership = sa.Table(
+    "leadership",  # one row: the log's leader, its fencing epoch and lease (nrt.core.eventlog.leadership)
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=False),
+    sa.CheckConstraint("id = 1", name="leadership_one_row"),
+)
+
 # Columns in the order the append path writes them (COPY).
 APPEND_COLUMNS = (
     "position",

@@ -1,5 +1,5 @@
 """The event log as the core sees it: the ``EventLog`` interface, its records, decided appends,
-the hash chain and the JSON Lines export.
+the hash chain, the JSON Lines export, and the leadership (lease and fencing epoch) of its writer.
 
 Plain data and pure functions over ``nrt.core.events``; nothing here touches a database. The
 stores that implement the interface are adapters: ``nrt.adapters.store.InMemoryEventStore`` and
@@ -9,6 +9,7 @@ PostgreSQL's ``nrt.adapters.store.EventStore``. Both pass the same contract test
 
 from nrt.core.eventlog.decisions import Decide, DecidedAppend, DecisionLog, Decisions, OutboxEntry
 from nrt.core.eventlog.interface import EventLog
+from nrt.core.eventlog.leadership import Fenced, Lease, LeaseError, LeaseStore, LeaseTerms, Renewal, Tenure, Verdict
 from nrt.core.eventlog.records import (
     AppendResult,
     ChainReport,
@@ -31,8 +32,16 @@ __all__ = [
     "DecisionLog",
     "Decisions",
     "EventLog",
+    "Fenced",
+    "Lease",
+    "LeaseError",
+    "LeaseStore",
+    "LeaseTerms",
     "OutboxEntry",
     "RecordedEvent",
+    "Renewal",
     "ReplayedEvent",
     "Snapshot",
+    "Tenure",
+    "Verdict",
 ]
