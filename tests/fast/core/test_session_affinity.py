@@ -11,6 +11,7 @@ import pytest
 from cluster_helpers import T0, applied, joined, manifest_text, placed, router_host, view
 from nrt.core.events import Event, SessionKvEvicted, SessionTouched, WorkerLost
 from nrt.core.manifest import Manifest, ManifestError, parse_manifest
+from nrt.core.manifest.summary import summarize
 from nrt.core.policies import Control, Emit, Refuse, Tick, budget_problems, decide, note_sent
 from nrt.core.routing import (
     Decision,
@@ -225,6 +226,14 @@ def test_replicas_parse_and_bad_ones_are_errors() -> None:
     )
     with pytest.raises(ManifestError, match="replicas"):
         parse_manifest(router_replicas, "test.yaml")
+
+
+def test_the_summary_shows_the_replicas_and_the_margin() -> None:
+    lines = summarize(support(margin="0.05", replicas=2), lambda _: None, []).splitlines()
+    assert "replicas     billing x2 (a session's turns stay on the worker holding its KV)" in lines
+    assert "sticky       a conversation leaves its specialist when a new intent beats it by 0.05" in lines
+    plain = summarize(support(), lambda _: None, []).splitlines()
+    assert not [line for line in plain if line.startswith("replicas")]
 
 
 # -- placement ----------------------------------------------------------------------------
