@@ -17,12 +17,20 @@ router's time per request (embedding plus rule, single requests on this machine'
 utterances into examples and tests, to show how much the figures depend on which
 utterances are the examples.
 
+Last, the figures ``routing.sticky_margin`` is chosen from (``nrt.core.routing.affinity``): for the
+calibrated router rule and each margin, the share of follow-ups on the same topic answered by the
+conversation's specialist (the previous specialist is the utterance's own intent: a margin keeps a
+turn the router alone would misroute), and the share of topic changes that reach the new specialist
+(the previous specialist is each other intent: a margin holds back a turn that should move). The
+margin with the best mean of the two is the default (ties: the smaller one).
+
     python -m bench.routing [--data bench/data/routing-assistant.yaml] [--fixed 0.35] [--resample 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -36,7 +44,13 @@ from nrt.adapters.catalogue import prepare
 from nrt.adapters.inference import Encoder
 from nrt.core.manifest import Manifest, parse_manifest
 from nrt.core.protocol import Calibration
-from nrt.core.routing import choose_route, examples_digest, intent_examples, threshold_in_force
+from nrt.core.routing import (
+    choose_route,
+    examples_digest,
+    intent_examples,
+    stay_on_specialist,
+    threshold_in_force,
+)
 from nrt.hosting.embeddings.calibration import calibrate
 from nrt.hosting.embeddings.index import FloatArray, IntentIndex, build_index
 from nrt.hosting.embeddings.rules import ROUTER_RULE, RULES, Rule, score
@@ -148,6 +162,39 @@ def row(rule: str, threshold: str, value: float, outcome: Outcome, ms: float) ->
     )
 
 
+STICKY_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+
+
+def sticky_margins(
+    manifest: Manifest,
+    index: IntentIndex,
+    calibration: Calibration | None,
+    tests: Sequence[tuple[str, FloatArray]],
+) -> float:
+    """Print, per margin, how follow-ups and topic changes fare; return the margin with the best mean."""
+    decisions = [(label, choose_route(manifest, score(index, v, ROUTER_RULE), calibration)) for label, v in tests]
+    labels = manifest.intent_labels
+    print(f"\nsticky margin ({ROUTER_RULE}, calibrated): follow-ups kept on their specialist, topic changes moved")
+    best: tuple[float, float] | None = None
+    for margin in STICKY_MARGINS:
+        sticky = dataclasses.replace(manifest, routing=dataclasses.replace(manifest.routing, sticky_margin=margin))
+        same = [stay_on_specialist(sticky, d, label).target == label for label, d in decisions]
+        moves = [
+            stay_on_specialist(sticky, d, previous).target == label
+            for label, d in decisions
+            for previous in labels
+            if previous != label
+        ]
+        kept, moved = sum(same) / len(same), sum(moves) / len(moves)
+        mean = (kept + moved) / 2
+        print(f"  margin {margin:.2f}: follow-ups {kept:.3f}, topic changes {moved:.3f}, mean {mean:.3f}")
+        if best is None or mean > best[1]:
+            best = (margin, mean)
+    assert best is not None
+    print(f"sticky margin with the best mean: {best[0]:.2f}")
+    return best[0]
+
+
 def resample(
     data: RoutingSet, vectors: dict[str, list[FloatArray]], oos: list[FloatArray], rounds: int, seed: int = 0
 ) -> None:
@@ -244,6 +291,7 @@ def main() -> None:
         f"(target >= {TARGET_IN_SCOPE}), out-of-scope to fallback {router.out_of_scope:.3f} "
         f"(target >= {TARGET_OUT_OF_SCOPE}): {'met' if met else 'NOT met'}"
     )
+    sticky_margins(manifests["calibrated"], index, calibrate(index, ROUTER_RULE, digest), tests)
     if args.resample:
         every = {label: [*embedded[label], *tested[label]] for label in data.intents}  # examples first, then tests
         resample(data, every, oos, args.resample)

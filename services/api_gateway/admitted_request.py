@@ -8,7 +8,7 @@ as a prompt beyond the context window, is a proper 4xx even for a streaming requ
 that, the endpoint shows errors in its stream. Every admitted request ends with exactly one
 ``RequestCompleted`` or ``RequestFailed``, under the manifest version it was admitted with,
 charged to the caller's key. A request whose worker is lost before any of its answer came is
-sent once more (to a live worker, or answered 503 at once); a client that goes away, or a
+sent once more (to a live worker, never the lost one, or answered 503 at once); a client that goes away, or a
 request ended because the gateway's NATS connection dropped, has its generation cancelled on
 the worker (``nrt.requests.cancel``, sent once the connection is back).
 
@@ -24,6 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import msgspec
 from litestar import Request
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -31,7 +32,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from api_gateway.auth import caller
 from api_gateway.cluster_link import Bus, ClusterLink
 from api_gateway.errors import ApiError
-from api_gateway.reply_stream import WORKER_LOST, ReplyStream, require_serving
+from api_gateway.reply_stream import WORKER_LOST, ReplyStream, WorkerLost, require_serving
 from api_gateway.request_ended import (
     CLIENT_DISCONNECTED,
     CLIENT_GONE,
@@ -133,11 +134,13 @@ class AdmittedRequest:
             except RemoteError as exc:
                 if exc.code != WORKER_LOST or self.replies.frames > 0 or self.retries <= 0 or self.route is None:
                     raise
+                lost = (exc.worker_id,) if isinstance(exc, WorkerLost) else ()
             self.retries -= 1
-            self.span.add_event("retry", {"reason": WORKER_LOST})
+            self.span.add_event("retry", {"reason": WORKER_LOST, "lost_worker": ",".join(lost)})
             self.replies.close()  # frames still coming for the first attempt are dropped
             self.replies = ReplyStream(self.bus.nc, self.bus.inboxes, self.cluster_link.settings)
-            await self._send(self.route)
+            avoid = (*self.route.avoid_workers, *lost)
+            await self._send(msgspec.structs.replace(self.route, avoid_workers=avoid))
 
     async def next_text(self) -> str | None:
         """The text of the next chunk ('' for a chunk without text); None at the end."""

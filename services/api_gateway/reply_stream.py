@@ -15,7 +15,8 @@ deadline, an error frame or a no-responders status raises RemoteError; nothing w
 When the event log says a worker is lost (:meth:`Inboxes.worker_lost`), each request on it
 ends at once with a ``worker_lost`` error, as does each request no worker has taken yet that
 was sent a moment before (it may have been forwarded to the lost worker): the caller may
-retry such a request elsewhere when nothing of its answer has come yet.
+retry such a request elsewhere when nothing of its answer has come yet (:class:`WorkerLost` names
+the worker, which the retry asks router_svc to avoid).
 
 When the gateway's NATS connection drops (:meth:`Inboxes.bus_lost`), every request in flight
 ends at once with a 503 ``bus_lost`` error: a frame the server held when it went away is gone
@@ -50,6 +51,14 @@ WORKER_LOST_RETRY_AFTER_S = 2.0  # a lost worker's models are back once it resta
 UNTAKEN_GRACE_S = 0.25  # a request sent this long before a worker is lost, and taken by none, may have gone to it
 BUS_LOST = "bus_lost"  # the error code of a request in flight when the gateway's NATS connection dropped
 BUS_RETRY_AFTER_S = 1.0  # the connection is tried again every second (nrt.adapters.bus.connection)
+
+
+class WorkerLost(RemoteError):
+    """A request's worker (or, for a request no worker had taken, a worker it may have gone to) was lost."""
+
+    def __init__(self, worker_id: str, message: str) -> None:
+        super().__init__(WORKER_LOST, message, 503, WORKER_LOST_RETRY_AFTER_S)
+        self.worker_id = worker_id
 
 
 def require_serving(state: ClusterState, model_id: str) -> None:
@@ -116,7 +125,7 @@ class Inboxes:
                 message = f"no worker took this request, and worker {worker_id} was lost ({reason})"
             else:
                 continue
-            queue.put_nowait(RemoteError(WORKER_LOST, message, 503, WORKER_LOST_RETRY_AFTER_S))
+            queue.put_nowait(WorkerLost(worker_id, message))
             ended += 1
         return ended
 

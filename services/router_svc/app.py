@@ -20,7 +20,7 @@ from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.bus.follow import EventFollower
 from nrt.adapters.bus.outbox import Outbox
 from nrt.adapters.metrics import RouterMetrics
-from nrt.core.events import CONTROL_PLANE
+from nrt.core.events import CONTROL_PLANE, SESSION_EVENTS
 from nrt.core.vocabulary import WorkerRole
 from nrt.entrypoints.service import ServiceContext
 from nrt.hosting.resources import detect
@@ -50,7 +50,7 @@ async def run(ctx: ServiceContext, settings: RouterSettings | None = None, host:
     host = host or router_host(ctx, settings)
     follower = EventFollower(ctx.broker)
     manifests = ManifestHistory(follower)
-    await follower.start(types=CONTROL_PLANE)
+    await follower.start(types=(*CONTROL_PLANE, *SESSION_EVENTS))  # sessions: where each one's KV is
     emitter = EventEmitter(ctx.nc, outbox=Outbox.open(settings.home, "router_svc"), service="router_svc")
     await emitter.start()
     await host.start()

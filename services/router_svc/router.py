@@ -8,6 +8,11 @@ streams its chunks straight back, the first one carrying the ``Dispatch``. When 
 the entry model itself (no confident intent and no fallback), this process answers, streaming
 to the same inbox. One ``RequestRouted`` event records the decision and the dispatch.
 
+A request with a session id stays with its conversation (``nrt.core.routing.affinity``): on the
+specialist that answered its last turn unless the new decision clears ``routing.sticky_margin``,
+and on the worker holding its KV (``nrt.infer.<target>.<worker>``) while that worker lives; the
+model's queue group takes it otherwise. Both come from this instance's fold of the event stream.
+
 When this instance does not hold the manifest's entry model (still loading it, or holding
 another manifest's router), it asks the entry model's subject instead, as before: slower, but
 the request is served.
@@ -33,11 +38,14 @@ from nrt.core.protocol import ClassifyReply, ClassifyRequest, Dispatch, Generate
 from nrt.core.routing import (
     Decision,
     choose_route,
+    choose_worker,
     classify_request,
+    previous_specialist,
     resolve_model,
     restrict,
     routing_text,
     serving_workers,
+    stay_on_specialist,
 )
 from nrt.hosting.serving import CANNOT_GENERATE
 from nrt.hosting.worker import Worker, stream_answer
@@ -81,6 +89,8 @@ class Router:
             return
         asked = time.perf_counter()
         decision, reply = await self._classify(manifest, request)
+        previous = previous_specialist(self.manifests.follower.state, manifest, request.session_id)
+        decision = stay_on_specialist(manifest, decision, previous)
         classify_ms = (time.perf_counter() - asked) * 1e3
         span.set_attribute("nrt.intent", decision.intent or "")
         span.set_attribute("nrt.target", decision.target)
@@ -192,9 +202,12 @@ class Router:
         if not serving_workers(self.manifests.follower.state, target):
             raise model_unavailable(target)
         generate = self._generate_request(request, target, route)
+        where = choose_worker(self.manifests.follower.state, target, request.session_id, request.avoid_workers)
+        subject = subjects.infer(target) if where.worker_id is None else subjects.infer_at(target, where.worker_id)
         with tracer.start_as_current_span(f"router_svc dispatch {target}", kind=SpanKind.PRODUCER) as span:
-            span.set_attribute("messaging.destination.name", subjects.infer(target))
-            await rpc.forward(self.nc, subjects.infer(target), generate, reply_to=inbox.inbox)
+            span.set_attribute("messaging.destination.name", subject)
+            span.set_attribute("nrt.worker_choice", where.why)
+            await rpc.forward(self.nc, subject, generate, reply_to=inbox.inbox)
 
     @staticmethod
     def _generate_request(request: RouteRequest, target: str, route: Dispatch | None) -> GenerateRequest:

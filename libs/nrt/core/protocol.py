@@ -84,6 +84,9 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     stream: bool = True  # False: the client waits for the whole answer (see GenerateRequest.stream)
     deadline: float | None = None  # unix time by which the answer must be complete; the worker stops there
+    # a retry's: the workers the gateway was told were lost while the first attempt waited (router_svc
+    # sends the retry to none of them, even before its own view of the log says they are gone)
+    avoid_workers: tuple[str, ...] = ()
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):

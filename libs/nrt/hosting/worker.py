@@ -6,7 +6,9 @@ The same worker, with the router role, is the entry model's worker inside router
 - :class:`Control` obeys ``nrt.control.<worker_id>`` (tier commands, stepped by :class:`Tiers`)
   and promotes a model a request waits for, within the budget;
 - :class:`Serving` answers ``nrt.infer.<model_id>`` (generate, classify, embed) for each
-  model this worker hosts, in the queue group that spreads a model's requests over workers.
+  model this worker hosts, in the queue group that spreads a model's requests over workers, and
+  ``nrt.infer.<model_id>.<worker_id>``, where router_svc sends a session's turns to the worker
+  holding its KV (``nrt.core.routing.affinity``); the two share the model's ``max_queue``.
 
 The jobs are plain typed handlers; this module connects them to the bus. The control plane
 (control commands, heartbeats, the promote request to cluster_state) is on the service's
@@ -103,7 +105,7 @@ class Worker:
         self.promote_timeout = promote_timeout  # how long a request waits for cluster_state to make room
         self.manifest = EventFollower(broker)
         self._heartbeats = broker.publisher(subjects.WORKER_HEARTBEAT, schema=WorkerHeartbeat)
-        self._subscriptions: dict[str, Subscription] = {}  # model id -> its infer subject
+        self._subscriptions: dict[str, tuple[Subscription, ...]] = {}  # model id -> its infer subjects
         self._cancels: Subscription | None = None
         self.presence = Presence(
             self.worker_id,
@@ -172,8 +174,9 @@ class Worker:
         await self.presence.beat()
 
     async def stop(self) -> None:
-        for sub in self._subscriptions.values():
-            await sub.unsubscribe()
+        for subs in self._subscriptions.values():
+            for sub in subs:
+                await sub.unsubscribe()
         if self._cancels is not None:
             await self._cancels.unsubscribe()
         await self.presence.leave(Reason.SHUTDOWN)
@@ -196,19 +199,19 @@ class Worker:
 
     async def subscribe(self, model_id: str) -> None:
         if model_id not in self._subscriptions:
-            self._subscriptions[model_id] = await rpc.serve_stream(
-                self.nc,
-                subjects.infer(model_id),
-                cast(type[GenerateRequest], InferRequest),
-                self._infer,
-                queue=subjects.INFER_QUEUE,
-                limit=self.max_queue,
+            running: set[asyncio.Task[None]] = set()  # the model's requests here, on either subject
+            kind = cast(type[GenerateRequest], InferRequest)
+            shared = await rpc.serve_stream(
+                self.nc, subjects.infer(model_id), kind, self._infer, subjects.INFER_QUEUE, self.max_queue, running
             )
+            own = await rpc.serve_stream(
+                self.nc, subjects.infer_at(model_id, self.worker_id), kind, self._infer, "", self.max_queue, running
+            )
+            self._subscriptions[model_id] = (shared, own)
 
     async def unsubscribe(self, model_id: str) -> None:
         self.serving.forget(model_id)
-        sub = self._subscriptions.pop(model_id, None)
-        if sub is not None:
+        for sub in self._subscriptions.pop(model_id, ()):
             await sub.unsubscribe()
 
     # -- transport -----------------------------------------------------------------------------

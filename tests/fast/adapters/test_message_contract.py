@@ -24,10 +24,10 @@ def _every_subject() -> list[str]:
         if name.isupper() and name not in not_subjects and isinstance(value, str)
     ]
     functions = [f for f in vars(subjects).values() if inspect.isfunction(f) and f.__module__ == subjects.__name__]
-    assert {f.__name__ for f in functions} == {"infer", "control", "event", "events_of", "event_origin"}, (
+    assert {f.__name__ for f in functions} == {"infer", "infer_at", "control", "event", "events_of", "event_origin"}, (
         "a new subject function: cover it here"
     )
-    found += [subjects.infer("billing"), subjects.control("w1")]
+    found += [subjects.infer("billing"), subjects.infer_at("billing", "w1"), subjects.control("w1")]
     found += [subject for t in EVENT_TYPES for subject in contract.event_subjects(t.__name__)]
     found += [health_subject(service) for service in contract.SERVICES if service != "nrt"]
     return found

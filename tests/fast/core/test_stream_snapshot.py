@@ -9,6 +9,7 @@ from msgspec.structs import replace
 
 from nrt.core.events import (
     CONTROL_PLANE,
+    SESSION_EVENTS,
     ApiKeyCreated,
     ApiKeyRevoked,
     DrainCompleted,
@@ -23,7 +24,7 @@ from nrt.core.events import (
     WorkerLost,
 )
 from nrt.core.state import ClusterState, fold
-from nrt.core.state.stream import control_plane, followable, narrow
+from nrt.core.state.stream import control_plane, control_plane_and_sessions, followable, narrow
 from nrt.core.vocabulary import DrainOutcome, KeyScope, Reason
 from nrt.testing.traffic import traffic
 
@@ -98,6 +99,21 @@ def test_a_follower_keeps_all_of_it_or_its_control_plane() -> None:
     with pytest.raises(ValueError, match="SessionOpened, WorkerJoined"):
         followable((WorkerJoined, SessionOpened))
     followable(CONTROL_PLANE)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_router_svcs_view_is_the_fold_of_the_control_plane_and_session_events(seed: int) -> None:
+    events = _log(seed)
+    whole = fold(events)
+    selected = (*CONTROL_PLANE, *SESSION_EVENTS)
+    routers = fold(e for e in events if isinstance(e, selected))
+    view = narrow(whole, selected)
+    assert view == control_plane_and_sessions(whole)
+    assert view.sessions == whole.sessions
+    assert view.sessions  # something to keep
+    assert _position_free(view) == _position_free(routers)
+    with pytest.raises(ValueError, match="every session type"):
+        followable((*CONTROL_PLANE, SessionOpened))  # some session events only: a snapshot cannot say
 
 
 def test_the_view_of_an_empty_state_is_empty() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
-from api_gateway.reply_stream import BUS_LOST, WORKER_LOST, Frame, Inboxes
+from api_gateway.reply_stream import BUS_LOST, WORKER_LOST, Frame, Inboxes, WorkerLost
 from api_gateway.settings import GatewaySettings
 from nrt.adapters.bus.errors import Overloaded, RemoteError
 from nrt.hosting.model_host import recent_speed
@@ -84,6 +84,16 @@ async def test_a_lost_worker_ends_its_requests_and_the_untaken_ones_sent_before(
     inboxes.close(on_lost)
     assert inboxes.worker_lost("w1", "heartbeat_timeout") == 1  # the untaken one, again (it is still open)
     del untaken, fresh
+
+
+async def test_the_lost_worker_error_names_the_worker_a_retry_avoids() -> None:
+    inboxes = Inboxes(_NoNats())  # type: ignore[arg-type]
+    inbox, queue = inboxes.open()
+    inboxes.taken(inbox, "w1")
+    assert inboxes.worker_lost("w1", "heartbeat_timeout") == 1
+    error = queue.get_nowait()
+    assert isinstance(error, WorkerLost)
+    assert (error.code, error.worker_id) == (WORKER_LOST, "w1")
 
 
 async def test_a_dropped_connection_ends_every_request_in_flight_at_once() -> None:

@@ -3,6 +3,8 @@ tokens; max_active_sessions evicts the least recently used session's KV, with an
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest_asyncio
 
 from harness import Stack, start_stack
 from nrt.adapters.inference import BatchingGenerator
-from nrt.core.events import SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.core.events import RequestRouted, SessionKvEvicted, SessionOpened, SessionTouched
 from nrt.core.protocol import ChatMessage
 from nrt.hosting.prompts import template_for
 
@@ -91,3 +93,37 @@ async def test_one_session_too_many_evicts_the_least_recently_used(stack: Stack)
     ]
     assert all(e.bytes_freed > 0 for e in evicted)
     assert set(stack.worker.host.get("billing").sessions) == {"limit-b", "limit-c"}
+
+
+async def routed_turn(stack: Stack, session_id: str, text: str) -> tuple[str, str]:
+    """A routed turn of ``session_id``: its request id and the model that answered it."""
+    async with stack.http() as http:
+        response = await http.post(
+            "/v1/chat/completions",
+            json={"model": "router", "messages": [{"role": "user", "content": text}], "max_tokens": 2},
+            headers={"X-NRT-Session": session_id},
+        )
+    assert response.status_code == 200, response.text
+    return response.headers["x-nrt-request-id"], response.json()["nrt"]["final_model"]
+
+
+async def test_a_conversation_stays_on_its_specialist_unless_a_new_intent_clears_the_margin(stack: Stack) -> None:
+    session_id = "sticky-specialist"
+    _, first = await routed_turn(stack, session_id, "I was charged twice for my order")  # billing's example
+    assert first == "billing"
+    # an unsure turn (no confident intent: the fallback's, for a new conversation) stays on billing once
+    # router_svc's view of the log has the conversation's SessionTouched (a moment after the answer)
+    assert (await routed_turn(stack, "sticky-new", "what is the weather like on Mars"))[1] == "fallback"
+    deadline = time.monotonic() + 10
+    while (unsure := await routed_turn(stack, session_id, "what is the weather like on Mars"))[1] != "billing":
+        assert unsure[1] == "fallback"
+        assert time.monotonic() < deadline, "the conversation never stayed on billing"
+        await asyncio.sleep(0.2)
+    routed = [e for e in await stack.events(unsure[0], until=2) if isinstance(e, RequestRouted)]
+    assert [(e.intent, e.target) for e in routed] == [("billing", "billing")]
+    assert "the conversation stays on billing (no confident intent)" in routed[0].rule
+    # technical's own example clears the margin: the conversation moves
+    moved, target = await routed_turn(stack, session_id, "the app crashes when I open it")
+    assert target == "technical"
+    routed = [e for e in await stack.events(moved, until=2) if isinstance(e, RequestRouted)]
+    assert "left billing" in routed[0].rule

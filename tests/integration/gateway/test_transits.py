@@ -101,6 +101,35 @@ async def test_a_routed_request_crosses_exactly_three_nats_transits(spied: tuple
     assert nrt["hops"][0]["worker_id"] == ROUTER_HOST
 
 
+async def test_a_sessions_next_turn_goes_to_its_workers_own_subject(spied: tuple[Stack, Spy]) -> None:
+    """Once router_svc's view of the log has the session's SessionTouched, its turns go to
+    ``nrt.infer.<model>.<worker>`` of the worker holding its KV: still three transits."""
+    stack, spy = spied
+    session = {"X-NRT-Session": "transits-kv"}
+    client = stack.client()
+    await client.chat.completions.create(model="billing", messages=user(BILLING), extra_headers=session)  # type: ignore[arg-type]
+    await settled(stack)
+    assert spy.seen[1] == (
+        "router_svc -> worker",
+        subjects.infer("billing"),
+    )  # nobody holds its KV yet: the queue group
+    own = subjects.infer_at("billing", stack.worker.worker_id)
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:  # the worker's SessionTouched reaches router_svc's fold a moment after the answer
+        spy.seen.clear()
+        await client.chat.completions.create(model="billing", messages=user(BILLING), extra_headers=session)  # type: ignore[arg-type]
+        await settled(stack)
+        if spy.seen[1][1] == own or asyncio.get_running_loop().time() > deadline:
+            break
+    assert [kind for kind, _ in spy.seen] == [
+        "gateway -> router_svc",
+        "router_svc -> worker",
+        "worker -> gateway (accepted)",
+        "worker -> gateway",
+    ]
+    assert spy.seen[1][1] == own
+
+
 async def test_a_streamed_routed_answer_adds_only_its_chunks(spied: tuple[Stack, Spy]) -> None:
     stack, spy = spied
     stream = await stack.client().chat.completions.create(

@@ -127,6 +127,19 @@ CHANNELS: tuple[Channel, ...] = (
         queue=subjects.INFER_QUEUE,
     ),
     Channel(
+        address="nrt.infer.{model_id}.{worker_id}",
+        payload=InferRequest,
+        reply=InboxFrame | ClassifyReply | EmbedReply,
+        publishers=("router_svc",),
+        subscribers=("specialist_worker", "router_svc"),
+        summary=(
+            "Inference on one model on one worker, as on nrt.infer.{model_id} but without a queue group: "
+            "router_svc sends a session's turn to the worker holding its KV (or, before any worker does, to "
+            "the one the session id hashes to) while that worker is alive."
+        ),
+        transport="raw",
+    ),
+    Channel(
         address=subjects.CANCEL,
         payload=Cancel,
         reply=None,

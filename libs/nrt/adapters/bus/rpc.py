@@ -187,12 +187,15 @@ async def serve_stream(
     handler: Callable[[Req, StreamInbox], Awaitable[None]],
     queue: str = "",
     limit: int | None = None,
+    running: set[asyncio.Task[None]] | None = None,
 ) -> Subscription:
     """Run ``handler`` for each request, streaming to its reply subject; end the stream unless the
     handler sent its last chunk as such, or fail it for the handler.
 
     ``limit`` bounds the requests this subscription runs at once (each is one task, queued or
-    running): one more is answered at once with an ``overloaded`` error frame, and no task."""
+    running): one more is answered at once with an ``overloaded`` error frame, and no task.
+    Subscriptions given the same ``running`` set share the bound (one model's queue-group and
+    worker subjects)."""
 
     async def run(msg: Msg) -> None:
         inbox = StreamInbox(nc, msg.reply)
@@ -208,7 +211,7 @@ async def serve_stream(
                 span.set_status(Status(StatusCode.ERROR, error.message))
                 await inbox.fail(error)
 
-    tasks: set[asyncio.Task[None]] = set()
+    tasks: set[asyncio.Task[None]] = running if running is not None else set()
 
     async def on_message(msg: Msg) -> None:
         if not msg.reply:

@@ -29,6 +29,12 @@ def infer(model_id: str) -> str:
     return f"{PREFIX}.infer.{model_id}"
 
 
+def infer_at(model_id: str, worker_id: str) -> str:
+    """Requests for one model on one worker (no queue group): a session's turn sent to the worker
+    holding its KV (``nrt.core.routing.affinity``)."""
+    return f"{PREFIX}.infer.{model_id}.{worker_id}"
+
+
 def control(worker_id: str) -> str:
     """Control commands (load, promote, demote, unload, evict_session) for one worker."""
     return f"{PREFIX}.control.{worker_id}"

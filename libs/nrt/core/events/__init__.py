@@ -4,6 +4,7 @@ from nrt.core.events.codec import EventDecodeError, decode, encode, event_class,
 from nrt.core.events.schema import (
     CONTROL_PLANE,
     EVENT_TYPES,
+    SESSION_EVENTS,
     AnyEvent,
     ApiKeyCreated,
     ApiKeyRevoked,
@@ -37,6 +38,7 @@ from nrt.core.events.upcasters import UPCASTERS, VERSION_HEADER, UpcastError, up
 __all__ = [
     "CONTROL_PLANE",
     "EVENT_TYPES",
+    "SESSION_EVENTS",
     "UPCASTERS",
     "VERSION_HEADER",
     "AnyEvent",

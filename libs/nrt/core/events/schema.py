@@ -452,3 +452,7 @@ CONTROL_PLANE: tuple[type[Event], ...] = (
     ApiKeyCreated,
     ApiKeyRevoked,
 )
+
+# Where each session's KV is: router_svc follows these too, beside the control plane, to send a session's
+# turn to the worker holding its KV and keep a conversation on its specialist (``nrt.core.routing.affinity``).
+SESSION_EVENTS: tuple[type[Event], ...] = (SessionOpened, SessionTouched, SessionKvEvicted, SessionClosed)

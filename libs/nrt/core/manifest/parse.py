@@ -12,6 +12,7 @@ from nrt.core.manifest.errors import ManifestError, Problem
 from nrt.core.manifest.model import (
     DECLARABLE_TIERS,
     PROMOTION_HINTS,
+    STICKY_MARGIN,
     TEMPLATE_FIELDS,
     TURN_FIELDS,
     Audit,
@@ -60,11 +61,12 @@ MODEL_KEYS = (
     "base_url",
 )
 ROUTER_KEYS = (*MODEL_KEYS, "intents", "confidence_threshold")
-SPECIALIST_KEYS = ("id", *MODEL_KEYS)
+SPECIALIST_KEYS = ("id", *MODEL_KEYS, "replicas")
+FALLBACK_KEYS = (*MODEL_KEYS, "replicas")
 TURN_KEYS = ("system", "user", "assistant")
 ROUTER_PROMPT_FIELDS = ("labels", "text")  # a label-likelihood router's classification prompt
 GENERATION_KEYS = ("max_tokens", "temperature", "top_p", "stop")
-ROUTING_KEYS = ("entry", "dispatch_rule")
+ROUTING_KEYS = ("entry", "dispatch_rule", "sticky_margin")
 LRU_KEYS = ("idle_threshold", "min_lifetime", "sweep_interval")
 DRAIN_KEYS = ("timeout", "admission_wait")
 AUDIT_KEYS = ("record_prompts",)
@@ -227,7 +229,7 @@ class _Reader:
         return out
 
     def model(self, value: object, path: KeyPath, role: Role) -> ModelSpec | None:
-        allowed = {Role.ROUTER: ROUTER_KEYS, Role.SPECIALIST: SPECIALIST_KEYS, Role.FALLBACK: MODEL_KEYS}[role]
+        allowed = {Role.ROUTER: ROUTER_KEYS, Role.SPECIALIST: SPECIALIST_KEYS, Role.FALLBACK: FALLBACK_KEYS}[role]
         what = {Role.ROUTER: "the router", Role.SPECIALIST: "a specialist", Role.FALLBACK: "the fallback"}[role]
         if isinstance(value, dict) and "id" in value and role is not Role.SPECIALIST:
             self.fail((*path, "id"), f"{what} has the implicit id '{role.value}'; remove 'id'")
@@ -267,6 +269,9 @@ class _Reader:
         remote_model = self.typed(data.get("remote_model"), (*path, "remote_model"), str, "a model name")
         api_key_env = self.typed(data.get("api_key_env"), (*path, "api_key_env"), str, "an environment variable")
         generation = self.generation(data.get("generation"), (*path, "generation"))
+        replicas = self.typed(data.get("replicas"), (*path, "replicas"), int, "an integer >= 1")
+        if replicas is not None and replicas < 1:
+            self.fail((*path, "replicas"), f"expected an integer >= 1, got {replicas}")
         intents: tuple[tuple[str, tuple[str, ...]], ...] = ()
         threshold: float | None = None
         if role is Role.ROUTER:
@@ -310,6 +315,7 @@ class _Reader:
             remote_model=remote_model,
             api_key_env=api_key_env,
             base_url=base_url,
+            replicas=replicas if replicas is not None and replicas >= 1 else 1,
         )
 
     def remote_fields(
@@ -474,7 +480,10 @@ class _Reader:
             self.fail(rule_path, f"the rule routes to unknown specialist '{rule.fixed_target}'; specialists: {valid}")
         if rule.by_intent and not specialists:
             self.fail(rule_path, "intent dispatch needs at least one specialist under models.specialists")
-        return Routing(entry, rule) if entry is not None else None
+        margin = self.threshold(data.get("sticky_margin"), (*path, "sticky_margin"))
+        if entry is None:
+            return None
+        return Routing(entry, rule, STICKY_MARGIN if margin is None else margin)
 
     def lru(self, value: object) -> LruPolicy:
         path: KeyPath = ("lru",)

@@ -39,6 +39,12 @@ def summarize(manifest: Manifest, footprint_of: FootprintOf, warnings: list[str]
     devices = [f"{s.id} on {s.device.value}" for s in manifest.models if s.device is not DeviceRequirement.ANY]
     if devices:
         lines.append(f"devices      {', '.join(devices)} (placed only on workers with that device)")
+    copies = [f"{s.id} x{s.replicas}" for s in manifest.models if s.replicas > 1]
+    if copies:
+        lines.append(f"replicas     {', '.join(copies)} (a session's turns stay on the worker holding its KV)")
+    if rule.by_intent:
+        margin = manifest.routing.sticky_margin
+        lines.append(f"sticky       a conversation leaves its specialist when a new intent beats it by {margin:g}")
     lru = manifest.lru
     lines.append(
         f"session lru  idle {lru.idle_threshold:g}s, min lifetime {lru.min_lifetime:g}s, sweep {lru.sweep_interval:g}s"

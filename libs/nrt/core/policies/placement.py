@@ -2,7 +2,8 @@
 
 Workers have a role. The manifest's entry model goes to the router hosts (router_svc
 instances: each classifies in its own process, so each holds a copy); every other model
-goes to one specialist worker. A model whose hosts are not up yet waits for them.
+goes to ``replicas`` specialist workers (one unless its manifest entry says more; fewer while
+fewer workers have room, and a copy is added when one joins). A model whose hosts are not up yet waits for them.
 
 Deterministic: residents first, then standby, then remote; critical before high before
 normal before low; larger before smaller; then manifest order. A specialist goes to a
@@ -173,7 +174,7 @@ def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str
         workers = by_role[role]
         if not workers:
             continue  # its hosts are not up yet
-        if role is not WorkerRole.ROUTER and is_placed(state, spec.id):
+        if role is not WorkerRole.ROUTER and spec.replicas == 1 and is_placed(state, spec.id):
             continue  # the common case on a tick: settled before any per-worker work
         need = footprint(spec, state.cluster)
         avoid = frozenset(
@@ -188,16 +189,38 @@ def reconcile(state: ControlState, manifest: Manifest, now: datetime, cause: str
                 group = f"place:{spec.id}@{copy.worker_id}"
                 commands.extend(place(spec, copy.worker_id, version, Reason.PLACEMENT, group, cause=cause, now=now))
             continue
+        holders = copies(state, spec.id)
+        if len(holders) >= spec.replicas:
+            continue
         if len(avoid) == len(workers):
             continue  # every worker failed it recently: wait for the back-off
-        worker_id, why = choose(spec, need, workers, held, avoid)
-        if worker_id is None:
-            reason = f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}"
-            commands.append(Refuse(spec.id, reason, code="unplaceable"))
-            continue
-        held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
-        commands.extend(place(spec, worker_id, version, Reason.PLACEMENT, f"place:{spec.id}", cause=cause, now=now))
+        for _ in range(spec.replicas - len(holders)):
+            others = [w for w in workers if w.worker_id not in holders]
+            worker_id, why = choose(spec, need, others, held, avoid) if others else (None, "")
+            if worker_id is None:
+                if not holders:  # a missing extra copy is no refusal: the model is served
+                    reason = f"cannot place {spec.id} ({spec.tier.value}, {size(need)}): {why}"
+                    commands.append(Refuse(spec.id, reason, code="unplaceable"))
+                break
+            group = f"place:{spec.id}" if not holders else f"place:{spec.id}@{worker_id}"
+            held.append(Holding(spec.id, worker_id, spec.source, spec.tier, need))
+            holders.add(worker_id)
+            commands.extend(place(spec, worker_id, version, Reason.PLACEMENT, group, cause=cause, now=now))
     return commands
+
+
+def copies(state: ControlState, model_id: str) -> set[str]:
+    """The alive workers that hold ``model_id`` (or are loading it: a pending change counts)."""
+    model = state.cluster.models.get(model_id)
+    candidates = set(model.placements) if model is not None else set()
+    candidates |= {p.worker_id for p in state.pending.values() if p.model_id == model_id and p.kind == "tier"}
+    return {
+        worker_id
+        for worker_id in candidates
+        if (worker := state.cluster.workers.get(worker_id)) is not None
+        and worker.alive
+        and state.tier_of(model_id, worker_id) != Tier.UNLOADED
+    }
 
 
 def fits_everywhere(
@@ -217,7 +240,7 @@ def fits_everywhere(
 
 
 def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
-    """Declared tiers against the manifest's budgets; models sharing a source are counted once."""
+    """Declared tiers against the manifest's budgets; models sharing a source are counted once (per replica)."""
     problems = []
     for tier in (Tier.RESIDENT, Tier.STANDBY):
         budget = budget_for(manifest, tier)
@@ -227,7 +250,8 @@ def budget_problems(manifest: Manifest, cluster: ClusterState) -> list[str]:
         for spec in manifest.models:
             if spec.tier is tier:
                 ids, known = by_source.get(spec.source, ([], 0))
-                by_source[spec.source] = ([*ids, spec.id], max(known, footprint(spec, cluster)))
+                copies = footprint(spec, cluster) * spec.replicas  # each replica holds its own copy
+                by_source[spec.source] = ([*ids, spec.id], max(known, copies))
         total = sum(n for _, n in by_source.values())
         if total > budget:
             parts = ", ".join(f"{'+'.join(ids)} {size(n)}" for ids, n in by_source.values())

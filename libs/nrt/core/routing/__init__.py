@@ -7,6 +7,14 @@ router's numeric side (the example index, the decision rules, the calibrated flo
 is model hosting, in ``nrt.hosting.embeddings``; what it scores comes back here as ``Scored``.
 """
 
+from nrt.core.routing.affinity import (
+    Target,
+    choose_worker,
+    previous_specialist,
+    rendezvous,
+    session_holder,
+    stay_on_specialist,
+)
 from nrt.core.routing.decision import (
     Decision,
     ModelCall,
@@ -33,18 +41,24 @@ __all__ = [
     "IntentExamples",
     "ModelCall",
     "Scored",
+    "Target",
     "Threshold",
     "choose_route",
+    "choose_worker",
     "classification_prompt",
     "classify_request",
     "examples_digest",
     "intent_examples",
     "likelihood_calibration",
     "likelihood_scores",
+    "previous_specialist",
+    "rendezvous",
     "resolve_model",
     "restrict",
     "router_examples",
     "routing_text",
     "serving_workers",
+    "session_holder",
+    "stay_on_specialist",
     "threshold_in_force",
 ]

@@ -21,7 +21,7 @@ from collections.abc import Collection
 import msgspec
 from msgspec.structs import replace
 
-from nrt.core.events import CONTROL_PLANE, EVENT_TYPES, Event
+from nrt.core.events import CONTROL_PLANE, EVENT_TYPES, SESSION_EVENTS, Event
 from nrt.core.state.model import ClusterState, Counters, KeyUsage, ModelState
 
 
@@ -39,6 +39,7 @@ class StreamSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 CONTROL_PLANE_NAMES = frozenset(t.__name__ for t in CONTROL_PLANE)
+SESSION_NAMES = frozenset(t.__name__ for t in SESSION_EVENTS)
 EVERY_TYPE = frozenset(t.__name__ for t in EVENT_TYPES)
 
 
@@ -70,18 +71,28 @@ def control_plane(state: ClusterState) -> ClusterState:
     )
 
 
+def control_plane_and_sessions(state: ClusterState) -> ClusterState:
+    """``control_plane(state)`` with the sessions (and the KV evictions counted): what a fold of the
+    control-plane and session events (``SESSION_EVENTS``) holds, router_svc's view."""
+    view = control_plane(state)
+    counters = replace(view.counters, kv_evictions=state.counters.kv_evictions)
+    return replace(view, sessions=state.sessions, counters=counters)
+
+
 def narrow(state: ClusterState, types: Collection[type[Event]]) -> ClusterState:
     """``state`` as a follower of ``types`` holds it (none: every type): the whole of it, or its control plane
-    for a follower of control-plane events (some of them: the control plane all the same). ValueError for
-    any other selection: a snapshot cannot say what a fold of only those events would hold."""
+    for a follower of control-plane events (some of them: the control plane all the same), with the sessions
+    for a follower of every session event too. ValueError for any other selection: a snapshot cannot say what a fold of only those events would hold."""
     names = {t.__name__ for t in types}
     if not names or names >= EVERY_TYPE:
         return state
     if names <= CONTROL_PLANE_NAMES:
         return control_plane(state)
+    if names <= CONTROL_PLANE_NAMES | SESSION_NAMES and names >= SESSION_NAMES:
+        return control_plane_and_sessions(state)
     raise ValueError(
         f"a follower of {', '.join(sorted(names))} cannot start from a snapshot: follow every event type, "
-        "or control-plane types only"
+        "control-plane types only, or those and every session type"
     )
 
 
