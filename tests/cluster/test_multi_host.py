@@ -3,7 +3,7 @@
 Four simulated hosts (network namespaces, each with its own address; :mod:`nrt.testing.hosts`):
 a 3-node NATS cluster on h1-h3, the test's PostgreSQL reached over the hosts' network, `nrt up` on h1
 and h2 (two gateways, two router_svc, two cluster_state, a worker each) and a worker alone on h3 and
-h4, each process with its own data directory. Traffic goes through both gateways while, in turn,
+h4, each specialist on two of the four workers, each process with its own data directory. Traffic goes through both gateways while, in turn,
 one NATS node is killed, the cluster_state leader is killed, one worker per model is killed, one
 gateway is killed, and a worker host is cut off the network (a partition, then healed). After each
 fault: every admitted request is recorded once with the outcome its client saw, the hash chain is
@@ -40,7 +40,7 @@ SERVE_AGAIN_WITHIN_S = 30.0  # a fault that leaves nothing served for this long 
 @pytest.fixture
 def cluster(tiny_artifacts: Path, database_url: str, tmp_path: Path) -> Iterator[HostedCluster]:
     manifest = tmp_path / "hosted.yaml"
-    manifest.write_text(tiny_manifest("hosted", legal_tier="resident"))
+    manifest.write_text(tiny_manifest("hosted", legal_tier="resident", replicas=2))
     with hosted_cluster(tmp_path / "cluster", tiny_artifacts, manifest, database_url) as started:
         yield started
 

@@ -18,20 +18,21 @@ def link_tiny_models(home: Path, artifacts: Path) -> Path:
     return home
 
 
-def tiny_manifest(cluster: str, legal_tier: str = "standby") -> str:
+def tiny_manifest(cluster: str, legal_tier: str = "standby", replicas: int = 1) -> str:
     """A manifest whose models are all the catalogue's tiny Llama: a router, a resident specialist
-    (billing) and ``legal`` in ``legal_tier``.
+    (billing) and ``legal`` in ``legal_tier``, each specialist on ``replicas`` workers.
 
     The router trusts its best label whatever its odds against "none of these" (threshold 0): the
     tiny random model's labels carry no meaning, and these tests follow a request to a specialist."""
+    copies = f", replicas: {replicas}" if replicas != 1 else ""
     return f"""\
 cluster: {cluster}
 resources: {{gpu_budget: 1GB, ram_budget: 1GB}}
 models:
   router: {{source: "catalogue://tiny-llama", tier: resident, priority: critical, confidence_threshold: 0.0}}
   specialists:
-    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router}}
-    - {{id: legal, source: "catalogue://tiny-llama", tier: {legal_tier}}}
+    - {{id: billing, source: "catalogue://tiny-llama", tier: resident, co_activation: router{copies}}}
+    - {{id: legal, source: "catalogue://tiny-llama", tier: {legal_tier}{copies}}}
 routing:
   entry: router
   dispatch_rule: router.output.intent -> specialists.{{intent}}
