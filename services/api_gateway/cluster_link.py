@@ -30,6 +30,7 @@ from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.bus.follow import EventFollower
 from nrt.adapters.bus.jetstream import ensure_events_stream
 from nrt.adapters.bus.outbox import Outbox
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.metrics import ClusterCollector, GatewayMetrics
 from nrt.core.events import CONTROL_PLANE, AnyEvent, WorkerLost
 from nrt.core.manifest import Manifest
@@ -97,7 +98,7 @@ class ClusterLink:
         while True:
             try:
                 js = nc.jetstream()
-                await ensure_events_stream(js)
+                await ensure_events_stream(js, replicas=replicas_for(nc, self.settings.nats_replicas))
                 follower = EventFollower(broker)
                 gate = AdmissionGate(follower)
                 await follower.start(types=CONTROL_PLANE)

@@ -42,6 +42,7 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         snapshot_every_events=settings.snapshot_every_events,
         snapshot_every_s=settings.snapshot_every_s,
         stream_limits=StreamLimits.of(settings),
+        stream_replicas=settings.nats_replicas,
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded

@@ -49,6 +49,7 @@ from nats.js.errors import NotFoundError
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import may_carry
 from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream, message_version
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.metrics import StateMetrics
 from nrt.adapters.retry import Backoff, OnRetry, Stopped, retry
 from nrt.core.eventlog import AppendResult, Checkpoint, EventLog, RecordedEvent
@@ -59,6 +60,7 @@ log = logging.getLogger("nrt.cluster_state.recorder")
 CONSUMER = "cluster_state"
 RETRY_BACKOFF = Backoff(first_s=0.5, max_s=10.0)  # after a failed append, until the batch is recorded
 ACK_WAIT_S = 60.0
+START_WAIT_S = 10.0  # for JetStream to answer at start (a NATS cluster electing its leader)
 
 OnRecorded = Callable[[list[RecordedEvent]], None]
 Append = Callable[[list[Event], Checkpoint], Awaitable[AppendResult]]  # the batch and its checkpoint, at once
@@ -78,6 +80,7 @@ class Recorder:
         metrics: StateMetrics | None = None,
         append: Append | None = None,  # default: the store's append (cluster_state: the controller's record)
         limits: StreamLimits | None = None,  # applied to the stream at start (None: create it with the defaults)
+        replicas: int | None = None,  # the stream's copies (NRT_NATS_REPLICAS; None: by the NATS cluster's size)
     ) -> None:
         self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
@@ -94,13 +97,20 @@ class Recorder:
         self.caught_up = asyncio.Event()  # set after the first fetch that finds nothing new
         self.sequence = 0  # the stream sequence of the last message recorded (or before the first to record)
         self.limits = limits
+        self.replicas = replicas
         self._lag_warned = False
         self.rejected = 0  # events whose subject may not carry their type: never stored
         self.lost = 0  # messages the stream dropped before they were recorded (its limits are too small)
         self._sub: JetStreamContext.PullSubscription | None = None
 
     async def start(self) -> None:
-        await ensure_events_stream(self.js, limits=self.limits, update=self.limits is not None)
+        await ensure_events_stream(
+            self.js,
+            limits=self.limits,
+            replicas=replicas_for(self.nc, self.replicas),
+            update=self.limits is not None,
+            wait_s=START_WAIT_S,
+        )
         await self._ensure_consumer()
         self._sub = await self.js.pull_subscribe_bind(durable=self.consumer, stream=subjects.EVENTS_STREAM)
 

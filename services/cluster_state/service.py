@@ -97,6 +97,7 @@ class ClusterStateService:
         snapshot_every_events: int = 10_000,
         snapshot_every_s: float = 60.0,
         stream_limits: StreamLimits | None = None,  # the events stream's retention (None: the defaults)
+        stream_replicas: int | None = None,  # the events stream's copies (None: by the NATS cluster's size)
     ) -> None:
         self.broker = broker
         self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
@@ -123,6 +124,7 @@ class ClusterStateService:
             metrics=self.metrics,
             append=self.controller.record,
             limits=stream_limits or StreamLimits(),
+            replicas=stream_replicas,
         )
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)

@@ -19,6 +19,7 @@ import httpx
 
 from nrt.adapters.bus.connection import connect
 from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.infra import EmbeddedNats, EmbeddedPostgres, InfraError, free_port, pgurl
 from nrt.adapters.infra._process import dies_with_parent
 from nrt.adapters.infra.pgroles import ensure_owner_role
@@ -39,6 +40,7 @@ CATALOGUE = "catalogue://"
 SERVICES = ("cluster_state", "specialist_worker", "router_svc", "api_gateway")
 DATABASE = "nrt"
 DATABASE_ROLE = "nrt"  # what the services connect as: owns the database, no superuser
+STREAM_WAIT_S = 30.0  # for JetStream to answer (a NATS cluster electing its leader)
 
 
 def default_manifest() -> Path:
@@ -195,11 +197,17 @@ def metrics_urls(host: str, gateway_url: str, ports: dict[str, int]) -> dict[str
 
 
 async def _prepare_stream(nats_url: str, bus: StackBus | None) -> None:
-    """The events stream, with the retention the environment gives (NRT_EVENTS_STREAM_MAX_MSGS / _MAX_AGE_S)."""
-    limits = StreamLimits.of(cli_settings())
+    """The events stream, with the retention the environment gives (NRT_EVENTS_STREAM_MAX_MSGS / _MAX_AGE_S) and
+    its copies (NRT_NATS_REPLICAS, else by the NATS cluster's size)."""
+    settings = cli_settings()
     nc = await connect(nats_url, name="nrt-up", credentials=bus.credentials("nrt") if bus else None)
-    await ensure_events_stream(nc.jetstream(), limits=limits, update=True)
-    await nc.close()
+    try:
+        replicas = replicas_for(nc, settings.nats_replicas)
+        await ensure_events_stream(
+            nc.jetstream(), limits=StreamLimits.of(settings), replicas=replicas, update=True, wait_s=STREAM_WAIT_S
+        )
+    finally:
+        await nc.close()
 
 
 def _announce(gateway_url: str, api_key: str) -> None:
