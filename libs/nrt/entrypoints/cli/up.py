@@ -99,14 +99,9 @@ class NatsBacking:
 @contextlib.contextmanager
 def nats_backing(data_dir: Path, bus: StackBus | None = None, cluster: int | None = None) -> Iterator[NatsBacking]:
     """NRT_NATS_URL as given, else the embedded NATS in ``data_dir`` (with ``cluster``, a cluster of that many
-    servers), watched."""
+    servers), watched. ``cluster`` with NRT_NATS_URL set is refused before (``up``)."""
     url = _from_env("NRT_NATS_URL")
     if url is not None:
-        if cluster is not None:
-            raise click.UsageError(
-                f"--nats-cluster starts a NATS cluster of this stack's own, but NRT_NATS_URL names servers ({url}): "
-                "unset NRT_NATS_URL, or leave out --nats-cluster"
-            )
         yield NatsBacking(url, ())
         return
     if cluster is not None:
@@ -370,6 +365,12 @@ def up(
     nats_cluster: int | None,
 ) -> None:
     """Run the whole stack here: embedded NATS and PostgreSQL unless NRT_NATS_URL / NRT_DATABASE_URL are set."""
+    given_nats = _from_env("NRT_NATS_URL")
+    if nats_cluster is not None and given_nats is not None:
+        raise click.UsageError(
+            f"--nats-cluster starts a NATS cluster of this stack's own, but NRT_NATS_URL names servers "
+            f"({given_nats}): unset NRT_NATS_URL, or leave out --nats-cluster"
+        )
     path = manifest_path or default_manifest()
     try:
         manifest = load_manifest(path, footprint_of)
