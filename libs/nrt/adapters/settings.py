@@ -80,7 +80,7 @@ class Settings(BaseSettings):
         "NRT creates (1-5, at most the cluster's servers); an existing stream with fewer is raised to it by its "
         "owners (cluster_state, `nrt up`)",
         json_schema_extra={
-            "default_text": "3 when the process knows of 3 or more NATS servers (those `NRT_NATS_URL` lists and "
+            "default_text": "3 when the process knows of 3 or more NATS servers (those `NRT_NATS_URL` lists, or "
             "those the cluster advertises), else 1"
         },
     )

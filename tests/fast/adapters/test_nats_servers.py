@@ -74,6 +74,15 @@ def test_cluster_size_counts_each_server_once() -> None:
     assert cluster_size([]) == 1
 
 
+def test_cluster_size_is_what_the_server_advertises_when_that_is_more() -> None:
+    one_name = [urlparse("nats://nats:4222")]  # a Service's name in front of the cluster's servers
+    assert cluster_size(one_name, ["10.0.0.5:4222", "10.0.0.6:4222", "10.0.0.7:4222"]) == 3
+    assert cluster_size(one_name, ["10.0.0.5:4222", "10.0.0.6:4222"]) == 2  # not 3: the name is one of them
+    assert cluster_size(one_name) == 1  # a standalone server advertises nothing
+    given = [urlparse(f"nats://n{i}:4222") for i in (1, 2, 3)]
+    assert cluster_size(given, ["n1:4222"]) == 3  # right after the cluster formed, before the routes gossiped
+
+
 @pytest.mark.parametrize(("size", "replicas"), [(1, 1), (2, 1), (3, 3), (5, 3), (200, 3)])
 def test_three_copies_from_three_servers(size: int, replicas: int) -> None:
     assert default_replicas(size) == replicas

@@ -30,7 +30,7 @@ from nrt.adapters.bus.credentials import BusCredentials
 from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.bus.jetstream import StreamReplicasError, ensure_events_stream
 from nrt.adapters.bus.outbox import Outbox
-from nrt.adapters.bus.replication import replicas_for
+from nrt.adapters.bus.replication import advertised_servers, replicas_for
 from nrt.adapters.infra import EmbeddedNatsCluster
 from nrt.adapters.infra.embedded_nats import EmbeddedNats
 from nrt.core.events import RequestAdmitted
@@ -71,6 +71,10 @@ async def owner(bus: Bus) -> AsyncIterator[Client]:
 async def test_the_cluster_keeps_the_events_stream_in_three_copies(bus: Bus, owner: Client) -> None:
     assert replicas_for(owner, None) == 3  # three servers given, three copies by default
     assert replicas_for(owner, 1) == 1  # NRT_NATS_REPLICAS wins
+    assert sorted(advertised_servers(owner)) == sorted(n.url.removeprefix("nats://") for n in bus.cluster.nodes)
+    one = await connect(bus.cluster.nodes[1].url, "test-one-url", credentials=bus.credentials("nrt"))
+    assert replicas_for(one, None) == 3  # given one server's URL: the cluster advertises the others
+    await one.close()
     js = owner.jetstream()
     info = await js.stream_info(subjects.EVENTS_STREAM)
     assert info.config.num_replicas == 3

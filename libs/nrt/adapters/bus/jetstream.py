@@ -57,9 +57,8 @@ class StreamLimits:
         return max_msgs == self.jetstream_max_msgs and abs(max_age - self.max_age_s) < 1e-3
 
 
-# JetStream's answers to more copies than it has servers for: "no suitable peers for placement", "insufficient
-# resources" (a cluster), "replicas > 1
-# not supported in non-clustered mode" (a standalone server)
+# JetStream's answers to more copies than it has servers for: "no suitable peers for placement" and "insufficient
+# resources" (a cluster), "replicas > 1 not supported in non-clustered mode" (a standalone server)
 _TOO_FEW_SERVERS = frozenset({10005, 10023, 10074})
 
 
