@@ -42,9 +42,10 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import may_carry
@@ -60,6 +61,7 @@ log = logging.getLogger("nrt.cluster_state.recorder")
 CONSUMER = "cluster_state"
 RETRY_BACKOFF = Backoff(first_s=0.5, max_s=10.0)  # after a failed append, until the batch is recorded
 ACK_WAIT_S = 60.0
+UNAVAILABLE_PAUSE_S = 0.2  # between fetches while the consumer has no leader
 START_WAIT_S = 10.0  # for JetStream to answer at start (a NATS cluster electing its leader)
 
 OnRecorded = Callable[[list[RecordedEvent]], None]
@@ -99,6 +101,7 @@ class Recorder:
         self.limits = limits
         self.replicas = replicas
         self._lag_warned = False
+        self._unavailable = False  # the consumer answered "unavailable" (no leader) at the last fetch
         self.rejected = 0  # events whose subject may not carry their type: never stored
         self.lost = 0  # messages the stream dropped before they were recorded (its limits are too small)
         self._sub: JetStreamContext.PullSubscription | None = None
@@ -173,24 +176,43 @@ class Recorder:
     async def run(self, stopping: asyncio.Event) -> None:
         assert self._sub is not None, "start() first"
         while not stopping.is_set():
-            try:
-                messages = await self._sub.fetch(self.batch, timeout=self.poll_s)
-            except TimeoutError:
-                messages = []
+            messages = await self._fetch(self.batch, self.poll_s)
             if not messages:
                 self.metrics.positions(self.sequence, self.sequence)  # nothing more in the stream
                 self.caught_up.set()
                 continue
             if len(messages) < self.batch and self.linger_s > 0:
                 await asyncio.sleep(self.linger_s)
-                with contextlib.suppress(TimeoutError):
-                    messages += await self._sub.fetch(self.batch - len(messages), timeout=self.linger_s)
+                messages += await self._fetch(self.batch - len(messages), self.linger_s)
             if not stopping.is_set():
                 with contextlib.suppress(Stopped):
                     record = functools.partial(self._record, messages)
                     await retry(record, RETRY_BACKOFF, _recording_failed(len(messages)), stopping=stopping)
             if len(messages) < self.batch:
                 self.caught_up.set()
+
+    async def _fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        """Up to ``batch`` messages within ``timeout``; none when there are none, or while the consumer has no
+        leader (a NATS cluster electing one after a server was lost: seconds): asked again after a pause."""
+        assert self._sub is not None, "start() first"
+        try:
+            messages = await self._sub.fetch(batch, timeout=timeout)
+        except TimeoutError:
+            return []
+        except (ServiceUnavailableError, NoRespondersError) as exc:
+            if not self._unavailable:
+                log.warning(
+                    "the consumer %s is unavailable (%r): a NATS cluster electing its leader; asking again",
+                    self.consumer,
+                    exc,
+                )
+            self._unavailable = True
+            await asyncio.sleep(UNAVAILABLE_PAUSE_S)
+            return []
+        if self._unavailable:
+            log.info("the consumer %s is available again", self.consumer)
+            self._unavailable = False
+        return messages
 
     def _mind_the_limit(self, pending: int) -> None:
         """Warn (once per episode) when the recorder is more than half the stream's message limit behind."""

@@ -23,6 +23,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from cluster_state.recorder import CONSUMER, Recorder
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.auth import ensure_credentials
 from nrt.adapters.bus.connection import connect
@@ -33,6 +34,7 @@ from nrt.adapters.bus.outbox import Outbox
 from nrt.adapters.bus.replication import advertised_servers, replicas_for
 from nrt.adapters.infra import EmbeddedNatsCluster
 from nrt.adapters.infra.embedded_nats import EmbeddedNats
+from nrt.adapters.store.memory import InMemoryEventStore
 from nrt.core.events import RequestAdmitted
 
 SERVE_AGAIN_WITHIN_S = 2.0  # issue 28: new requests are served within 2 s of a node's loss
@@ -225,3 +227,46 @@ async def test_killing_the_stream_leader_loses_no_event_and_serves_again_within_
 def test_a_cluster_has_three_servers_at_least() -> None:
     with pytest.raises(Exception, match="at least 3 servers"):
         EmbeddedNatsCluster(size=2)
+
+
+async def test_the_recorder_keeps_recording_when_its_consumers_leader_is_killed(bus: Bus, owner: Client) -> None:
+    """cluster_state's recorder (its durable consumer, kept in three copies like the stream) goes on recording
+    once the cluster has elected the consumer another leader: a fetch answered "unavailable" meanwhile is asked
+    again, never the end of the recorder."""
+    recorder_nc = await bus.connect("cluster_state")
+    recorded: list[str] = []
+    store = InMemoryEventStore()
+    recorder = Recorder(recorder_nc, store, lambda batch: recorded.extend(r.event.event_id for r in batch))
+    await recorder.start()
+    stopping = asyncio.Event()
+    running = asyncio.create_task(recorder.run(stopping))
+    consumer = await recorder_nc.jetstream().consumer_info(subjects.EVENTS_STREAM, CONSUMER)
+    assert consumer.cluster is not None
+    assert consumer.cluster.leader is not None
+    victim = bus.cluster.node_named(consumer.cluster.leader)
+
+    gateway = await bus.connect("api_gateway")
+    emitter = EventEmitter(gateway, ack_timeout=2.0, service="api_gateway")
+    await emitter.start()
+    emitted: list[str] = []
+    for n in range(600):
+        if n == 200:
+            os.kill(victim.pid or 0, signal.SIGKILL)
+        event = emitted_event(n)
+        emitter.emit(event)
+        emitted.append(event.event_id)
+        await asyncio.sleep(EMIT_EVERY_S)
+    await emitter.flush(within=30)
+    for _ in range(300):  # the recorder catches up (30 s at most)
+        if len(recorded) >= len(emitted) or running.done():
+            break
+        await asyncio.sleep(0.1)
+    assert not running.done(), running.exception() if running.done() else None
+    assert sorted(recorded) == sorted(emitted)  # every event, once
+    assert await store.head() == len(emitted)
+    stopping.set()
+    await running
+    await recorder.stop()
+    await emitter.close()
+    await gateway.close()
+    await recorder_nc.close()
