@@ -31,6 +31,7 @@ from nrt.adapters.bus.follow import EventFollower
 from nrt.adapters.bus.jetstream import ensure_events_stream, ensure_kv_bucket
 from nrt.adapters.bus.kv import JetStreamCas
 from nrt.adapters.bus.outbox import Outbox
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.metrics import ClusterCollector, GatewayMetrics
 from nrt.core.events import CONTROL_PLANE, AnyEvent, WorkerLost
 from nrt.core.manifest import Manifest
@@ -99,8 +100,11 @@ class ClusterLink:
         while True:
             try:
                 js = nc.jetstream()
-                await ensure_events_stream(js)
-                limits = await ensure_kv_bucket(js, subjects.RATE_LIMITS_BUCKET, RATE_LIMITS_DESCRIPTION)
+                replicas = replicas_for(nc, self.settings.nats_replicas)
+                await ensure_events_stream(js, replicas=replicas)
+                limits = await ensure_kv_bucket(
+                    js, subjects.RATE_LIMITS_BUCKET, RATE_LIMITS_DESCRIPTION, replicas=replicas
+                )
                 follower = EventFollower(broker)
                 gate = AdmissionGate(follower)
                 await follower.start(types=CONTROL_PLANE)

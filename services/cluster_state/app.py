@@ -52,6 +52,7 @@ async def run(ctx: ServiceContext, manifest: str | None = None, settings: Cluste
         stream_limits=StreamLimits.of(settings),
         lease=lease,
         holder=ctx.instance,
+        stream_replicas=settings.nats_replicas,
     )
     ctx.counters["events_rejected"] = lambda: service.recorder.rejected
     ctx.counters["events_lost"] = lambda: service.recorder.lost  # dropped by the stream's limits before recorded

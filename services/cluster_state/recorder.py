@@ -46,13 +46,15 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RawStreamMsg
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.contract import may_carry
 from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream, message_version
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.metrics import StateMetrics
 from nrt.adapters.retry import Backoff, OnRetry, Stopped, retry
 from nrt.core.eventlog import AppendResult, Checkpoint, EventLog, RecordedEvent
@@ -63,6 +65,8 @@ log = logging.getLogger("nrt.cluster_state.recorder")
 CONSUMER = "cluster_state"
 RETRY_BACKOFF = Backoff(first_s=0.5, max_s=10.0)  # after a failed append, until the batch is recorded
 ACK_WAIT_S = 60.0
+UNAVAILABLE_PAUSE_S = 0.2  # between fetches while the consumer has no leader
+START_WAIT_S = 10.0  # for JetStream to answer at start (a NATS cluster electing its leader)
 
 OnRecorded = Callable[[list[RecordedEvent]], None]
 Append = Callable[[list[Event], Checkpoint], Awaitable[AppendResult]]  # the batch and its checkpoint, at once
@@ -83,6 +87,7 @@ class Recorder:
         append: Append | None = None,  # default: the store's append (cluster_state: the controller's record)
         limits: StreamLimits | None = None,  # applied to the stream at start (None: create it with the defaults)
         may_fetch: Callable[[], bool] = lambda: True,  # cluster_state: while its leader lease runs
+        replicas: int | None = None,  # the stream's copies (NRT_NATS_REPLICAS; None: by the NATS cluster's size)
     ) -> None:
         self.metrics = metrics if metrics is not None else StateMetrics()
         self.nc = nc
@@ -100,13 +105,21 @@ class Recorder:
         self.sequence = 0  # the stream sequence of the last message recorded (or before the first to record)
         self.limits = limits
         self.may_fetch = may_fetch
+        self.replicas = replicas
         self._lag_warned = False
+        self._unavailable = False  # the consumer answered "unavailable" (no leader) at the last fetch
         self.rejected = 0  # events whose subject may not carry their type: never stored
         self.lost = 0  # messages the stream dropped before they were recorded (its limits are too small)
         self._sub: JetStreamContext.PullSubscription | None = None
 
     async def start(self) -> None:
-        await ensure_events_stream(self.js, limits=self.limits, update=self.limits is not None)
+        await ensure_events_stream(
+            self.js,
+            limits=self.limits,
+            replicas=replicas_for(self.nc, self.replicas),
+            update=self.limits is not None,
+            wait_s=START_WAIT_S,
+        )
         await self._ensure_consumer()
         self._sub = await self.js.pull_subscribe_bind(durable=self.consumer, stream=subjects.EVENTS_STREAM)
 
@@ -175,10 +188,7 @@ class Recorder:
                 # successor would acknowledge them too (AckPolicy.ALL) before any log recorded them.
                 await asyncio.sleep(self.poll_s)
                 continue
-            try:
-                messages = await self._sub.fetch(self.batch, timeout=self.poll_s)
-            except TimeoutError:
-                messages = []
+            messages = await self._fetch(self.batch, self.poll_s)
             if not messages:
                 self.metrics.positions(self.sequence, self.sequence)  # nothing more in the stream
                 self.caught_up.set()
@@ -186,14 +196,36 @@ class Recorder:
             if len(messages) < self.batch and self.linger_s > 0:
                 await asyncio.sleep(self.linger_s)
             if len(messages) < self.batch and self.linger_s > 0 and self.may_fetch():
-                with contextlib.suppress(TimeoutError):
-                    messages += await self._sub.fetch(self.batch - len(messages), timeout=self.linger_s)
+                messages += await self._fetch(self.batch - len(messages), self.linger_s)
             if not stopping.is_set():
                 with contextlib.suppress(Stopped):
                     record = functools.partial(self._record, messages)
                     await retry(record, RETRY_BACKOFF, _recording_failed(len(messages)), stopping=stopping)
             if len(messages) < self.batch:
                 self.caught_up.set()
+
+    async def _fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        """Up to ``batch`` messages within ``timeout``; none when there are none, or while the consumer has no
+        leader (a NATS cluster electing one after a server was lost: seconds): asked again after a pause."""
+        assert self._sub is not None, "start() first"
+        try:
+            messages = await self._sub.fetch(batch, timeout=timeout)
+        except TimeoutError:
+            return []
+        except (ServiceUnavailableError, NoRespondersError) as exc:
+            if not self._unavailable:
+                log.warning(
+                    "the consumer %s is unavailable (%r): a NATS cluster electing its leader; asking again",
+                    self.consumer,
+                    exc,
+                )
+            self._unavailable = True
+            await asyncio.sleep(UNAVAILABLE_PAUSE_S)
+            return []
+        if self._unavailable:
+            log.info("the consumer %s is available again", self.consumer)
+            self._unavailable = False
+        return messages
 
     def _mind_the_limit(self, pending: int) -> None:
         """Warn (once per episode) when the recorder is more than half the stream's message limit behind."""

@@ -104,6 +104,7 @@ class ClusterStateService:
         stream_limits: StreamLimits | None = None,  # the events stream's retention (None: the defaults)
         lease: LeaseTerms | None = None,  # the leader's lease (None: the defaults)
         holder: str | None = None,  # this instance's name in the leadership record (None: host-pid)
+        stream_replicas: int | None = None,  # the events stream's copies (None: by the NATS cluster's size)
     ) -> None:
         self.broker = broker
         self.metrics = StateMetrics(registry)  # registry: its service's (default: its own)
@@ -135,6 +136,7 @@ class ClusterStateService:
             append=self.controller.record,
             limits=stream_limits or StreamLimits(),
             may_fetch=self.leadership.leads,
+            replicas=stream_replicas,
         )
         self.metrics.registry.register(
             ClusterCollector(lambda: self.controller.cluster, lambda: self.controller.manifest, sessions=True)

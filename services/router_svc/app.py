@@ -42,6 +42,7 @@ def router_host(ctx: ServiceContext, settings: RouterSettings) -> Worker:
         heartbeat_s=settings.heartbeat_s,
         role=WorkerRole.ROUTER,
         registry=ctx.registry,  # router_svc's metrics port shows its router host's too
+        nats_replicas=settings.nats_replicas,
     )
 
 

@@ -22,6 +22,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         remote=settings.remote_policy(),
         registry=ctx.registry,
         share_artifacts=settings.worker_share_artifacts,
+        nats_replicas=settings.nats_replicas,
     )
     await worker.start()
     try:

@@ -24,7 +24,13 @@ from nrt.testing.stacks import tiny_manifest
 
 
 @pytest.fixture
-def fault_stack(nrt_home: Path, tmp_path: Path) -> Iterator[FaultStack]:
+def nrt_up_options() -> list[str]:
+    """More options for the stack's `nrt up` (a test module overrides this fixture: `--nats-cluster 3`)."""
+    return []
+
+
+@pytest.fixture
+def fault_stack(nrt_home: Path, tmp_path: Path, nrt_up_options: list[str]) -> Iterator[FaultStack]:
     manifest = tmp_path / "tiny.yaml"
     manifest.write_text(tiny_manifest("tiny-faults", legal_tier="resident"))
     log = tmp_path / "nrt-up.log"
@@ -38,6 +44,7 @@ def fault_stack(nrt_home: Path, tmp_path: Path) -> Iterator[FaultStack]:
         str(manifest),
         "--port",
         str(free_port()),
+        *nrt_up_options,
     ]
     process = subprocess.Popen(
         [*argv, "--ready-timeout", "300"],

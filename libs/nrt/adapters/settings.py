@@ -18,6 +18,8 @@ import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nrt.adapters.bus.servers import parse_servers
+
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 # How much the events stream keeps (PostgreSQL keeps the whole log): about 7 hours of 100 routed requests/s
 # (4 events each, 4-5 GB of file storage), and a week at most.
@@ -66,7 +68,21 @@ class Settings(BaseSettings):
 
     nats_url: str = Field(
         default=DEFAULT_NATS_URL,
-        description="NATS of a running stack (`nats://host:4222`); `nrt up` starts an embedded one when unset",
+        description="NATS of a running stack (`nats://host:4222`), or every server of a NATS cluster separated by "
+        "commas (`nats://n1:4222,nats://n2:4222,nats://n3:4222`: a client reconnects to another when its server "
+        "goes); `nrt up` starts an embedded one when unset (`--nats-cluster 3`: a cluster of three)",
+    )
+    nats_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=5,
+        description="copies JetStream keeps of the events stream and of the key-value buckets and object stores "
+        "NRT creates (1-5, at most the cluster's servers); an existing stream with fewer is raised to it by its "
+        "owners (cluster_state, `nrt up`)",
+        json_schema_extra={
+            "default_text": "3 when the process knows of 3 or more NATS servers (those `NRT_NATS_URL` lists, or "
+            "those the cluster advertises), else 1"
+        },
     )
     nats_nkey_seed_file: Path | None = Field(
         default=None,
@@ -122,6 +138,16 @@ class Settings(BaseSettings):
             if isinstance(info.validation_alias, str) and name in data:
                 data[info.validation_alias] = data.pop(name)
         return data
+
+    @field_validator("nats_url")
+    @classmethod
+    def _servers(cls, value: str) -> str:
+        return ",".join(parse_servers(value))
+
+    @property
+    def nats_servers(self) -> tuple[str, ...]:
+        """The NATS servers ``nats_url`` lists (one, or a cluster's)."""
+        return parse_servers(self.nats_url)
 
     @field_validator("log_level", mode="before")
     @classmethod

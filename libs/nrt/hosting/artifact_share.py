@@ -22,6 +22,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from nrt.adapters.bus.artifact_store import ArtifactRefused, ArtifactStore
+from nrt.adapters.bus.replication import replicas_for
 from nrt.adapters.catalogue.exchange import describe_variant, install_fetched, local_digests
 from nrt.adapters.catalogue.layout import artifact_dir, build_lock, staging_dir
 from nrt.adapters.catalogue.published import Fetch, Prepare, SourceAlias, UseLocal, decide
@@ -54,8 +55,9 @@ class Transfer:
 
 
 class ArtifactShare:
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, replicas: int | None = None) -> None:
         self.nc = nc
+        self.replicas = replicas  # the bucket's copies when this worker creates it (None: by the cluster's size)
         self.store: ArtifactStore | None = None
         self.transfers: list[Transfer] = []  # what this worker fetched and published, in order
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -65,7 +67,8 @@ class ArtifactShare:
         """Open (or create) the bucket; without it the worker prepares everything itself, as before."""
         self._loop = asyncio.get_running_loop()
         try:
-            self.store = await ArtifactStore.open(self.nc.jetstream(timeout=BUS_TIMEOUT_S))
+            js = self.nc.jetstream(timeout=BUS_TIMEOUT_S)
+            self.store = await ArtifactStore.open(js, replicas_for(self.nc, self.replicas))
         except Exception as exc:  # no JetStream, no permission: sharing is off, loading works as it did
             log.warning("prepared artifacts are not shared over the bus: %s", exc)
 

@@ -90,6 +90,7 @@ class Worker:
         registry: CollectorRegistry | None = None,
         memory: DeviceMemory | None = None,
         share_artifacts: bool = True,
+        nats_replicas: int | None = None,  # copies of the buckets it creates (None: by the NATS cluster's size)
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
@@ -118,7 +119,7 @@ class Worker:
         )
         remote = remote or RemotePolicy()
         # prepared artifacts over the bus: fetched from the cluster before preparing, published after
-        self.artifacts = ArtifactShare(self.nc) if share_artifacts else None
+        self.artifacts = ArtifactShare(self.nc, nats_replicas) if share_artifacts else None
         self.tiers = Tiers(
             self.worker_id,
             self.host,

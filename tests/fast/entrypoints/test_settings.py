@@ -65,6 +65,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
 def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     values = {
         "NRT_NATS_URL": ("nats://10.0.0.1:4222", "nats_url", "nats://10.0.0.1:4222"),
+        "NRT_NATS_REPLICAS": ("3", "nats_replicas", 3),
         "NRT_DATABASE_URL": ("postgresql://u@db:5432/x", "database_url", "postgresql://u@db:5432/x"),
         "NRT_NATS_NKEY_SEED_FILE": (
             "/run/nrt/bus.nk",

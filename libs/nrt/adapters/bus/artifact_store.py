@@ -65,8 +65,9 @@ class ArtifactStore:
         self.store = store
 
     @classmethod
-    async def open(cls, js: JetStreamContext) -> ArtifactStore:
-        return cls(await ensure_artifacts_bucket(js))
+    async def open(cls, js: JetStreamContext, replicas: int = 1) -> ArtifactStore:
+        """The store, its bucket created with ``replicas`` copies when it does not exist yet."""
+        return cls(await ensure_artifacts_bucket(js, replicas=replicas))
 
     async def variant(self, name: str, provider: Provider) -> PublishedVariant | None:
         """The published ``provider`` variant of artifact ``name``; None when there is none, or it is unreadable."""

@@ -33,6 +33,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nrt.adapters.bus.connection import reconnecting
 from nrt.adapters.bus.credentials import BusCredentials
 from nrt.adapters.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
+from nrt.adapters.bus.servers import parse_servers
 
 log = logging.getLogger("nrt.adapters.bus")
 
@@ -84,13 +85,14 @@ def new_broker(
     credentials: BusCredentials | None = None,
     on_disconnect: Callable[[], None] | None = None,
 ) -> NatsBroker:
-    """A broker for service ``name``: reconnects forever, msgspec on the wire, traced, error frames;
+    """A broker for service ``name`` on the servers ``url`` lists (one URL, or a cluster's separated by commas):
+    reconnects forever to any of them, msgspec on the wire, traced, error frames;
     authenticated by ``credentials`` (by default those the environment names: see ``reconnecting``),
     calling ``on_disconnect`` each time its connection drops."""
     options = reconnecting(url, name, connect_timeout, credentials, on_disconnect)
     security = _security(options.pop("nkeys_seed", None), options.pop("tls", None))
     return NatsBroker(
-        url,
+        list(parse_servers(url)),
         **options,
         security=security,
         serializer=MsgSpecSerializer(),

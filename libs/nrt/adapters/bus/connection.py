@@ -10,6 +10,7 @@ import nats
 from nats.aio.client import Client
 
 from nrt.adapters.bus.credentials import BusCredentials
+from nrt.adapters.bus.servers import parse_servers
 from nrt.adapters.settings import Settings
 
 log = logging.getLogger("nrt.adapters.bus")
@@ -45,6 +46,9 @@ def reconnecting(
     async def on_reconnected() -> None:
         log.info("nats %s: reconnected", name)
 
+    async def on_discovered() -> None:
+        log.info("nats %s: the cluster told of more servers to reconnect to", name)
+
     return {
         "name": name,
         "connect_timeout": int(max(1, connect_timeout)),
@@ -54,6 +58,7 @@ def reconnecting(
         "error_cb": on_error,
         "disconnected_cb": on_disconnected,
         "reconnected_cb": on_reconnected,
+        "discovered_server_cb": on_discovered,
         **credentials.options(),
     }
 
@@ -61,9 +66,10 @@ def reconnecting(
 async def connect(
     url: str, name: str, connect_timeout: float = 5.0, credentials: BusCredentials | None = None
 ) -> Client:
-    """A NATS connection named ``name`` that reconnects forever with backoff (see ``reconnecting``)."""
+    """A NATS connection named ``name`` to one of the servers ``url`` lists (one URL, or a cluster's separated
+    by commas: ``nrt.adapters.bus.servers``) that reconnects forever to any of them (see ``reconnecting``)."""
     options = reconnecting(url, name, connect_timeout, credentials)
     try:
-        return await nats.connect(url, **options)
+        return await nats.connect(list(parse_servers(url)), **options)
     except Exception as exc:
         raise ConnectionError(f"cannot connect to NATS at {url}: {exc}") from exc

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import (
     DiscardPolicy,
@@ -17,7 +21,7 @@ from nats.js.api import (
     StreamConfig,
     StreamInfo,
 )
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
@@ -65,44 +69,64 @@ class StreamLimits:
         return max_msgs == self.jetstream_max_msgs and abs(max_age - self.max_age_s) < 1e-3
 
 
+# JetStream's answers to more copies than it has servers for: "no suitable peers for placement" and "insufficient
+# resources" (a cluster), "replicas > 1 not supported in non-clustered mode" (a standalone server)
+_TOO_FEW_SERVERS = frozenset({10005, 10023, 10074})
+
+
+class StreamReplicasError(RuntimeError):
+    """JetStream cannot keep the events stream with the copies asked for (fewer servers with JetStream)."""
+
+
 async def ensure_events_stream(
     js: JetStreamContext,
     name: str = subjects.EVENTS_STREAM,
     limits: StreamLimits | None = None,
     *,
+    replicas: int = 1,
     update: bool = False,
+    wait_s: float = 0.0,
 ) -> StreamInfo:
     """Create the events stream if it does not exist (file storage, deduplicated by event id, the oldest
-    messages discarded beyond ``limits``); with ``update`` (the stream's owners: cluster_state, ``nrt up``),
-    bring an existing stream's limits to ``limits``. Returns the stream's info."""
+    messages discarded beyond ``limits``, ``replicas`` copies on a NATS cluster); with ``update`` (the stream's
+    owners: cluster_state, ``nrt up``), bring an existing stream's limits to ``limits`` and raise its copies to
+    ``replicas`` (never lowered: a cluster that lost servers keeps what it has). ``wait_s``: how long to wait
+    for JetStream to answer (a cluster that is still electing its leader). Returns the stream's info."""
     limits = limits or StreamLimits()
     try:
-        info = await js.stream_info(name)
+        info = await _stream_info(js, name, wait_s)
     except NotFoundError:
-        return await js.add_stream(
-            StreamConfig(
-                name=name,
-                subjects=[subjects.EVENTS_ALL],
-                storage=StorageType.FILE,
-                retention=RetentionPolicy.LIMITS,
-                discard=DiscardPolicy.OLD,
-                duplicate_window=DUPLICATE_WINDOW_S,
-                max_msgs=limits.jetstream_max_msgs,
-                max_age=limits.max_age_s,
-            )
+        config = StreamConfig(
+            name=name,
+            subjects=[subjects.EVENTS_ALL],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_msgs=limits.jetstream_max_msgs,
+            max_age=limits.max_age_s,
+            num_replicas=replicas,
         )
-    if not update or limits.matches(info.config):
+        return await _replicated(js.add_stream(config), name, replicas)
+    had = info.config.num_replicas or 1
+    more = replicas > had
+    if not update or (limits.matches(info.config) and not more):
         return info
-    config = replace(info.config, max_msgs=limits.jetstream_max_msgs, max_age=limits.max_age_s)
-    updated = await js.update_stream(config)
-    log.info(
-        "stream %s now keeps at most %s messages for at most %s (was %s messages, %s)",
-        name,
-        limits.max_msgs or "any number of",
-        f"{limits.max_age_s:g} s" if limits.max_age_s else "any time",
-        info.config.max_msgs,
-        f"{info.config.max_age:g} s" if info.config.max_age else "any time",
+    config = replace(
+        info.config, max_msgs=limits.jetstream_max_msgs, max_age=limits.max_age_s, num_replicas=max(replicas, had)
     )
+    updated = await _replicated(js.update_stream(config), name, replicas)
+    if more:
+        log.info("stream %s now kept in %d copies (was %d)", name, replicas, had)
+    if not limits.matches(info.config):
+        log.info(
+            "stream %s now keeps at most %s messages for at most %s (was %s messages, %s)",
+            name,
+            limits.max_msgs or "any number of",
+            f"{limits.max_age_s:g} s" if limits.max_age_s else "any time",
+            info.config.max_msgs,
+            f"{info.config.max_age:g} s" if info.config.max_age else "any time",
+        )
     return updated
 
 
@@ -124,17 +148,44 @@ async def ensure_kv_bucket(js: JetStreamContext, bucket: str, description: str, 
     return await js.create_key_value(config)
 
 
-async def ensure_artifacts_bucket(js: JetStreamContext, name: str = ARTIFACTS_BUCKET) -> ObjectStore:
-    """The object store of prepared artifacts, created if it does not exist (file storage, no limit of its own:
-    the server's JetStream store limit bounds it). Every bucket NRT uses is created here."""
+async def ensure_artifacts_bucket(
+    js: JetStreamContext, name: str = ARTIFACTS_BUCKET, *, replicas: int = 1
+) -> ObjectStore:
+    """The object store of prepared artifacts, created if it does not exist (file storage, ``replicas`` copies,
+    no limit of its own: the server's JetStream store limit bounds it). Every bucket NRT uses is created here."""
     try:
         return await js.object_store(name)
     except BucketNotFoundError:
         config = ObjectStoreConfig(
             description="NRT's prepared model artifacts: files by sha256, manifests by artifact name and variant",
             storage=StorageType.FILE,
+            replicas=replicas,
         )
         return await js.create_object_store(name, config=config)
+
+
+async def _stream_info(js: JetStreamContext, name: str, wait_s: float) -> StreamInfo:
+    """The stream's info, asking again while JetStream says it is not available yet (within ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await js.stream_info(name)
+        except (ServiceUnavailableError, NatsTimeoutError, NoRespondersError):
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def _replicated(request: Awaitable[StreamInfo], name: str, replicas: int) -> StreamInfo:
+    try:
+        return await request
+    except APIError as exc:
+        if replicas > 1 and exc.err_code in _TOO_FEW_SERVERS:
+            raise StreamReplicasError(
+                f"JetStream cannot keep stream {name} in {replicas} copies ({exc.description}): the NATS cluster has "
+                f"fewer than {replicas} servers with JetStream up; start them, or set NRT_NATS_REPLICAS lower"
+            ) from None
+        raise
 
 
 def event_subject(type_name: str, service: Service | None) -> str:

@@ -12,6 +12,7 @@ import socket
 import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
@@ -126,6 +127,23 @@ def wait_for_jetstream(host: str, port: int, timeout: float) -> None:
         time.sleep(0.02)
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRoutes:
+    """A server's place in a NATS cluster: the cluster's name, the port it takes routes from the other
+    servers on (127.0.0.1), and every server's route URL (its own among them: nats-server skips it)."""
+
+    name: str
+    port: int
+    routes: tuple[str, ...]
+
+    def args(self) -> list[str]:
+        return [
+            *("--cluster", f"nats://{LOOPBACK}:{self.port}"),
+            *("--cluster_name", self.name),
+            *("--routes", ",".join(self.routes)),
+        ]
+
+
 class EmbeddedNats(EmbeddedServer):
     """A private nats-server with JetStream, listening on 127.0.0.1 only.
 
@@ -153,9 +171,11 @@ class EmbeddedNats(EmbeddedServer):
         stop_timeout: float = 10.0,
         config_file: Path | None = None,
         scheme: str = "nats",
+        cluster: ClusterRoutes | None = None,
     ) -> None:
         super().__init__(data_dir, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.server_name = server_name
+        self.cluster = cluster  # a member of a NATS cluster (``EmbeddedNatsCluster``); None: a server alone
         # a nats-server config (users and their permissions, TLS: ``nrt.adapters.bus.auth``); the command line's
         # address, port, store and names override what it says about them
         self.config_file = config_file
@@ -188,15 +208,42 @@ class EmbeddedNats(EmbeddedServer):
 
     def start(self) -> Self:
         """Start nats-server and wait until JetStream answers. A no-op when already running."""
+        began = time.monotonic()
+        if self.spawn():
+            self.wait_ready(began)
+        return self
+
+    def spawn(self) -> bool:
+        """Start nats-server without waiting for it (``wait_ready`` waits): the servers of a cluster all start
+        before any waits, since JetStream answers only once they have elected a leader. False when it runs
+        already. Call it from a thread that lives as long as the server should (``dies_with_parent``)."""
         if self._server is not None:
             if self._server.exited() is None:
-                return self
+                return False
             self._discard_server()
-        began = time.monotonic()
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="nrt-nats-"))
         try:
-            self._launch(self.data_dir, began)
+            self._spawn(self.data_dir)
+        except BaseException:
+            self._discard_server()
+            self._remove_if_temporary()
+            raise
+        return True
+
+    def wait_ready(self, began: float) -> None:
+        """Wait until the server ``spawn`` started listens and JetStream answers (``startup_timeout`` from
+        ``began``); ServerStartError with the tail of its log when it does not."""
+        server = self._server
+        if server is None:
+            raise InfraError("EmbeddedNats.wait_ready: the server was not started (call spawn() first)")
+        try:
+            self._port = self._wait_ready(server, began)
+        except ServerStartError as exc:
+            tail = server.log_tail()
+            self._discard_server()
+            self._remove_if_temporary()
+            raise ServerStartError(f"{exc}\n--- {self.log_path} (tail) ---\n{tail}") from None
         except BaseException:
             self._discard_server()
             self._remove_if_temporary()
@@ -204,9 +251,8 @@ class EmbeddedNats(EmbeddedServer):
         self.startup_s = time.monotonic() - began
         atexit.register(self.stop)
         _log.info("embedded NATS ready at %s in %.2fs (data %s)", self.url, self.startup_s, self.data_dir)
-        return self
 
-    def _launch(self, data_dir: Path, began: float) -> None:
+    def _spawn(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._refuse_if_in_use()
         binary = nats_server_binary()
@@ -219,7 +265,7 @@ class EmbeddedNats(EmbeddedServer):
             stale.unlink(missing_ok=True)
         # Without a requested port nats-server picks a free one itself (-p -1) and reports it in
         # its ports file, so no other process can take the port between our choice and its bind.
-        server = ServerProcess(
+        self._server = ServerProcess(
             [
                 str(binary),
                 *("--addr", LOOPBACK),
@@ -229,6 +275,7 @@ class EmbeddedNats(EmbeddedServer):
                 *("--store_dir", str(self.store_dir)),
                 *("--pid", str(self.pid_path)),
                 *("--ports_file_dir", str(data_dir)),
+                *(self.cluster.args() if self.cluster is not None else ()),
                 *(("--config", str(self.config_file)) if self.config_file is not None else ()),
             ],
             log_path=self.log_path,
@@ -236,11 +283,6 @@ class EmbeddedNats(EmbeddedServer):
             env=child_env(),
             parent_death=signal.SIGTERM,  # its clean stop: quick, the store kept
         )
-        self._server = server
-        try:
-            self._port = self._wait_ready(server, began)
-        except ServerStartError as exc:
-            raise ServerStartError(f"{exc}\n--- {self.log_path} (tail) ---\n{server.log_tail()}") from None
 
     def _bound_port(self, server: ServerProcess) -> int | None:
         """The client port from the ports file nats-server writes once it listens."""

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import httpx
 
 from nrt.adapters.bus.connection import connect
 from nrt.adapters.bus.jetstream import StreamLimits, ensure_events_stream
-from nrt.adapters.infra import EmbeddedNats, EmbeddedPostgres, InfraError, free_port, pgurl
+from nrt.adapters.bus.replication import replicas_for
+from nrt.adapters.infra import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, InfraError, free_port, pgurl
 from nrt.adapters.infra._process import dies_with_parent
 from nrt.adapters.infra.pgroles import ensure_owner_role
 from nrt.adapters.manifest_sources import footprint_of
@@ -39,6 +41,7 @@ CATALOGUE = "catalogue://"
 SERVICES = ("cluster_state", "specialist_worker", "router_svc", "api_gateway")
 DATABASE = "nrt"
 DATABASE_ROLE = "nrt"  # what the services connect as: owns the database, no superuser
+STREAM_WAIT_S = 30.0  # for JetStream to answer (a NATS cluster electing its leader)
 
 
 def default_manifest() -> Path:
@@ -78,15 +81,36 @@ def _from_env(name: str) -> str | None:
     return os.environ.get(name, "").strip() or None
 
 
+def embedded_nats_cluster(data_dir: Path, size: int, bus: StackBus | None = None) -> EmbeddedNatsCluster:
+    """The stack's own NATS cluster of ``size`` servers (not started), in ``data_dir/nats-cluster``, each server
+    with the same users as ``embedded_nats``."""
+    return EmbeddedNatsCluster(data_dir / "nats-cluster", size=size, config_file=bus.config if bus else None)
+
+
+@dataclass(frozen=True, slots=True)
+class NatsBacking:
+    """The stack's NATS: the URL the services connect with (a cluster's servers separated by commas), and the
+    servers this stack runs and watches (none when NRT_NATS_URL names them)."""
+
+    url: str
+    servers: tuple[Backing, ...]
+
+
 @contextlib.contextmanager
-def nats_backing(data_dir: Path, bus: StackBus | None = None) -> Iterator[Backing]:
-    """NRT_NATS_URL as given, else the embedded NATS in ``data_dir``, watched."""
+def nats_backing(data_dir: Path, bus: StackBus | None = None, cluster: int | None = None) -> Iterator[NatsBacking]:
+    """NRT_NATS_URL as given, else the embedded NATS in ``data_dir`` (with ``cluster``, a cluster of that many
+    servers), watched. ``cluster`` with NRT_NATS_URL set is refused before (``up``)."""
     url = _from_env("NRT_NATS_URL")
     if url is not None:
-        yield Backing("NATS", url)
+        yield NatsBacking(url, ())
+        return
+    if cluster is not None:
+        with embedded_nats_cluster(data_dir, cluster, bus) as servers:
+            nodes = (Backing(f"NATS server {n.server_name}", n.address, n) for n in servers.nodes)
+            yield NatsBacking(servers.url, tuple(nodes))
         return
     with backing.running("NATS", embedded_nats(data_dir, bus), lambda s: s.address) as nats:
-        yield nats
+        yield NatsBacking(nats.url, (nats,))
 
 
 @contextlib.contextmanager
@@ -170,7 +194,7 @@ async def _wait_ready(url: str, instance: str, within: float) -> None:
 
 
 def _service_env(
-    nats: Backing, database: Backing, manifest_path: Path, host: str, port: int, instance: str
+    nats: NatsBacking, database: Backing, manifest_path: Path, host: str, port: int, instance: str
 ) -> dict[str, str]:
     return {
         "NRT_NATS_URL": nats.url,
@@ -195,11 +219,17 @@ def metrics_urls(host: str, gateway_url: str, ports: dict[str, int]) -> dict[str
 
 
 async def _prepare_stream(nats_url: str, bus: StackBus | None) -> None:
-    """The events stream, with the retention the environment gives (NRT_EVENTS_STREAM_MAX_MSGS / _MAX_AGE_S)."""
-    limits = StreamLimits.of(cli_settings())
+    """The events stream, with the retention the environment gives (NRT_EVENTS_STREAM_MAX_MSGS / _MAX_AGE_S) and
+    its copies (NRT_NATS_REPLICAS, else by the NATS cluster's size)."""
+    settings = cli_settings()
     nc = await connect(nats_url, name="nrt-up", credentials=bus.credentials("nrt") if bus else None)
-    await ensure_events_stream(nc.jetstream(), limits=limits, update=True)
-    await nc.close()
+    try:
+        replicas = replicas_for(nc, settings.nats_replicas)
+        await ensure_events_stream(
+            nc.jetstream(), limits=StreamLimits.of(settings), replicas=replicas, update=True, wait_s=STREAM_WAIT_S
+        )
+    finally:
+        await nc.close()
 
 
 def _announce(gateway_url: str, api_key: str) -> None:
@@ -264,21 +294,23 @@ async def _serve_given(
     return False
 
 
-async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_within: float) -> None:
+async def _run(
+    manifest_path: Path, host: str, port: int, data_dir: Path, ready_within: float, nats_cluster: int | None = None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with contextlib.ExitStack() as servers:
         bus = stack_bus(data_dir)  # the seeds and server config in data_dir/bus (None: NRT_NATS_URL's server)
-        nats = servers.enter_context(nats_backing(data_dir, bus))
+        nats = servers.enter_context(nats_backing(data_dir, bus, nats_cluster))
         database = servers.enter_context(database_backing(data_dir))
         _say(f"NATS at {nats.url}; PostgreSQL ready")
         await asyncio.to_thread(upgrade, database.url)
         given = await compare_with_log(database.url, manifest_path, load_manifest(manifest_path, footprint_of))
         _say(given.announcement())
         await _prepare_stream(nats.url, bus)
-        watching = asyncio.create_task(backing.watch([nats, database], _say))
+        watching = asyncio.create_task(backing.watch([*nats.servers, database], _say))
         gateway_url = f"http://{host}:{port}"
         instance = uuid.uuid4().hex
         env = _service_env(nats, database, manifest_path, host, port, instance)
@@ -318,8 +350,27 @@ async def _run(manifest_path: Path, host: str, port: int, data_dir: Path, ready_
 @click.option("--port", default=8080, show_default=True, help="gateway port")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="stack data (default NRT_HOME/stack)")
 @click.option("--ready-timeout", default=900.0, show_default=True, help="seconds to wait for readiness")
-def up(manifest_path: Path | None, host: str, port: int, data_dir: Path | None, ready_timeout: float) -> None:
+@click.option(
+    "--nats-cluster",
+    type=click.IntRange(min=3),
+    default=None,
+    help="run the embedded NATS as a cluster of this many servers (3 or more; the events stream in 3 copies)",
+)
+def up(
+    manifest_path: Path | None,
+    host: str,
+    port: int,
+    data_dir: Path | None,
+    ready_timeout: float,
+    nats_cluster: int | None,
+) -> None:
     """Run the whole stack here: embedded NATS and PostgreSQL unless NRT_NATS_URL / NRT_DATABASE_URL are set."""
+    given_nats = _from_env("NRT_NATS_URL")
+    if nats_cluster is not None and given_nats is not None:
+        raise click.UsageError(
+            f"--nats-cluster starts a NATS cluster of this stack's own, but NRT_NATS_URL names servers "
+            f"({given_nats}): unset NRT_NATS_URL, or leave out --nats-cluster"
+        )
     path = manifest_path or default_manifest()
     try:
         manifest = load_manifest(path, footprint_of)
@@ -329,6 +380,6 @@ def up(manifest_path: Path | None, host: str, port: int, data_dir: Path | None, 
     try:
         with claimed(directory, host, port):
             _prepare_models(manifest)
-            asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout))
+            asyncio.run(_run(path.resolve(), host, port, directory, ready_timeout, nats_cluster))
     except (StackInUseError, InfraError) as exc:  # what holds the directory or port, or why a server failed
         raise click.ClickException(str(exc)) from exc
