@@ -140,7 +140,7 @@ class AdmittedRequest:
             self.replies.close()  # frames still coming for the first attempt are dropped
             self.replies = ReplyStream(self.bus.nc, self.bus.inboxes, self.cluster_link.settings)
             avoid = (*self.route.avoid_workers, *lost)
-            await self._send(msgspec.structs.replace(self.route, avoid_workers=avoid))
+            await self._send(msgspec.structs.replace(self.route, avoid_workers=avoid, attempt=self.route.attempt + 1))
 
     async def next_text(self) -> str | None:
         """The text of the next chunk ('' for a chunk without text); None at the end."""

@@ -121,6 +121,7 @@ class Router:
             target=decision.target,
             rule=decision.rule,
             latency_ms=classify_ms,
+            attempt=request.attempt,
         )
         if decision.target == decision.entry and self._holds(manifest, decision.entry):
             self.emitter.emit(routed)

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from nrt.adapters.store import EventStore
+from nrt.core.events import RequestRouted
 from nrt.entrypoints.stack import keys_file
 from nrt.entrypoints.stack.endpoints import Endpoints, stack_dir
 from nrt.testing import stacks
@@ -33,6 +34,7 @@ from nrt.testing import stacks
 # where a stack's servers and gateway are; a stack started by `nrt up` is found without them
 STACK_ENV = ("NRT_NATS_URL", "NRT_DATABASE_URL", "NRT_GATEWAY_URL")
 REQUEST_EVENTS = ("RequestAdmitted", "RequestRouted", "RequestCompleted", "RequestFailed")
+RETRY_ROUTED = "RequestRouted (retry)"  # router_svc's decision for the gateway's retry after a lost worker
 MESSAGES = ("I was charged twice this month", "The app crashes when I upload a file", "Is this contract binding?")
 
 
@@ -230,7 +232,9 @@ async def request_events(database_url: str) -> dict[str, Counter[str]]:
     try:
         async for record in store.read_positions():
             kind = type(record.event).__name__
-            if kind in REQUEST_EVENTS:
+            if isinstance(record.event, RequestRouted) and record.event.attempt > 1:
+                kind = RETRY_ROUTED
+            if kind in (*REQUEST_EVENTS, RETRY_ROUTED):
                 found.setdefault(record.stream_id.removeprefix("request:"), Counter())[kind] += 1
     finally:
         await store.close()
@@ -324,6 +328,7 @@ def check_log(
         outcome_events = counts["RequestCompleted"] + counts["RequestFailed"]
         assert outcome_events == 1, (request_id, counts, outcome)
         assert counts["RequestRouted"] <= 1, (request_id, counts)  # router_svc's decision, once at most
+        assert counts[RETRY_ROUTED] <= 1, (request_id, counts)  # and once more for the gateway's one retry
         if served(outcome):
             assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
             assert counts["RequestRouted"] == int(outcome.routed), (request_id, counts, outcome)

@@ -87,6 +87,7 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     # a retry's: the workers the gateway was told were lost while the first attempt waited (router_svc
     # sends the retry to none of them, even before its own view of the log says they are gone)
     avoid_workers: tuple[str, ...] = ()
+    attempt: int = 1  # the gateway's attempt at this request: 2 for its one retry after the worker was lost
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, tag="dispatch"):

@@ -10,7 +10,7 @@ real TCP, not loopback. :meth:`Host.cut` takes the host's link down, a partition
 live on but reach no other host (and none reaches them) until :meth:`Host.heal`.
 
 Traffic stays on this machine: the subnet exists only on the bridge and in the namespaces made
-here, and everything is removed on exit (a namespace or bridge left by a killed run of the same
+here (and a firewall rule that lets it cross the bridge), and everything is removed on exit (a namespace or bridge left by a killed run of the same
 subnet is removed before it is made again). A server of this namespace that listens on loopback only
 (a test's PostgreSQL) is reached from the hosts through :meth:`HostNetwork.expose`. Needs root and iproute2: :func:`unavailable` says why a
 test cannot run where they are missing.
@@ -141,6 +141,7 @@ class HostNetwork:
             _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{self.address}/{PREFIX_LENGTH}", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
+            self._let_through()
             for index in range(1, self.count + 1):
                 self.hosts.append(self._make_host(index))
         except BaseException:
@@ -152,6 +153,27 @@ class HostNetwork:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self._remove()
+
+    def _forward_rule(self) -> list[str]:
+        return [
+            "FORWARD",
+            "-i",
+            self.bridge,
+            "-o",
+            self.bridge,
+            "-j",
+            "ACCEPT",
+            "-m",
+            "comment",
+            "--comment",
+            "nrt-hosts",
+        ]
+
+    def _let_through(self) -> None:
+        """Let the hosts' traffic cross the bridge where the firewall drops forwarded packets (a Docker engine sets
+        FORWARD's policy to DROP and has the bridges' frames pass through it)."""
+        if shutil.which("iptables") is not None:
+            subprocess.run(["iptables", "-w", "-I", *self._forward_rule()], check=True, capture_output=True)
 
     def _names(self, index: int) -> tuple[str, str]:
         """The namespace and root-side link of host ``index``."""
@@ -183,6 +205,10 @@ class HostNetwork:
                 _ip("link", "delete", link, check=False)
         if self.bridge in links:
             _ip("link", "delete", self.bridge, check=False)
+        if shutil.which("iptables") is not None:
+            rule = self._forward_rule()
+            while subprocess.run(["iptables", "-w", "-D", *rule], check=False, capture_output=True).returncode == 0:
+                pass
         self.hosts = []
 
     def expose(self, port: int) -> int:

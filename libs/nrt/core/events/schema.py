@@ -318,6 +318,9 @@ class RequestRouted(Event, frozen=True, kw_only=True):
     target: str  # the model the request was dispatched to
     rule: str
     latency_ms: float  # the classification, as router_svc measured it
+    # the gateway's attempt: a request whose worker was lost before answering is sent once more and routed
+    # again (2), and each routing is a fact of its own; older logs hold first attempts only
+    attempt: int = 1
 
     @property
     def stream_id(self) -> str:
