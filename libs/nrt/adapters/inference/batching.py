@@ -41,8 +41,9 @@ import msgspec
 import numpy as np
 
 from nrt.adapters.inference.causal import CausalLM
-from nrt.adapters.inference.errors import GeneratorClosedError
+from nrt.adapters.inference.errors import GeneratorClosedError, GrammarError
 from nrt.adapters.inference.generation import Generation, start_generation
+from nrt.adapters.inference.grammar import Grammars
 from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
 from nrt.adapters.inference.kv_tensors import KV, OrtValue
 from nrt.adapters.inference.sessions import SessionStore, SessionUsage
@@ -180,6 +181,7 @@ class BatchingGenerator:
         self.prefill_chunk_tokens = prefill_chunk_tokens or max(
             16, _PREFILL_LOGITS_BYTES // (4 * model.spec.vocab_size)
         )
+        self.grammars = Grammars(model.tokenizer, model.spec.vocab_size, model.eos_ids)  # response formats
         self._pending: deque[_Ticket] = deque()
         self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
         self._cond = threading.Condition()
@@ -198,7 +200,12 @@ class BatchingGenerator:
     # ----------------------------------------------------------------- public API
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
-        """Stream the chunks of one request. Raises ``ContextWindowError`` before any chunk."""
+        """Stream the chunks of one request. Raises ``ContextWindowError`` (or ``GrammarError``, for a
+        response format that does not compile) before any chunk."""
+        response_format = request.response_format
+        constraint = None
+        if response_format is not None:  # compiled once per schema, off the event loop and the scheduler
+            constraint = await asyncio.to_thread(self.grammars.constraint, response_format)
         gen = start_generation(
             request,
             self.model.tokenizer,
@@ -207,6 +214,7 @@ class BatchingGenerator:
             eos_ids=self.model.eos_ids,
             special_ids=self.model.special_ids,
             previous=self.sessions.transcript(request.session_id) if request.session_id else None,
+            constraint=constraint,
         )
         ticket = _Ticket(gen, self._mailbox(asyncio.get_running_loop()), asyncio.Queue())
         self._submit(ticket)
@@ -384,9 +392,9 @@ class BatchingGenerator:
 
     def _first_token(self, gen: Generation, logits: OrtValue) -> int:
         """The token after a prompt: only its id comes to the host when greedy."""
-        if gen.sampler.greedy:
+        if not gen.needs_logits:
             return int(self._ops.greedy(logits)[0])
-        return gen.sampler.choose(self._ops.last_logits(logits)[0])
+        return gen.choose(self._ops.last_logits(logits)[0])
 
     def _decode(self, outbox: _Outbox) -> None:
         kv = self._kv
@@ -397,7 +405,7 @@ class BatchingGenerator:
         if self.on_step is not None:
             self.on_step(size)
         rows = self._rows
-        if all(t.gen.sampler.greedy for t in rows):  # only the ids come to the host
+        if not any(t.gen.needs_logits for t in rows):  # only the ids come to the host
             logits = None
             greedy = self._ops.greedy(output)
         else:
@@ -406,11 +414,15 @@ class BatchingGenerator:
         finished: list[int] = []
         for b, ticket in enumerate(rows):
             gen = ticket.gen
-            sampler = gen.sampler
-            token = int(greedy[b]) if logits is None or sampler.greedy else sampler.choose(logits[b])
             if size > gen.batch_size_max:
                 gen.batch_size_max = size
-            outbox.put(ticket, gen.accept(token))
+            try:
+                token = int(greedy[b]) if logits is None or not gen.needs_logits else gen.choose(logits[b])
+                outbox.put(ticket, gen.accept(token))
+            except GrammarError as exc:  # its response format failed: only this row ends (it leaves next step)
+                gen.cancelled = True
+                outbox.put(ticket, exc)
+                continue
             self._next[b, 0] = token
             if gen.finished:
                 finished.append(b)
