@@ -35,6 +35,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
@@ -43,7 +44,7 @@ import numpy as np
 from nrt.adapters.inference.causal import CausalLM
 from nrt.adapters.inference.errors import GeneratorClosedError, GrammarError
 from nrt.adapters.inference.generation import Generation, start_generation
-from nrt.adapters.inference.grammar import Grammars
+from nrt.adapters.inference.grammar import Grammars, prepare_all
 from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
 from nrt.adapters.inference.kv_tensors import KV, OrtValue
 from nrt.adapters.inference.sessions import SessionStore, SessionUsage
@@ -196,6 +197,7 @@ class BatchingGenerator:
         self._ops = model.ops
         self._steps = 0
         self._rebuilds = 0
+        self._masks: ThreadPoolExecutor | None = None  # computes the grammars' masks during the forward pass
 
     # ----------------------------------------------------------------- public API
 
@@ -307,6 +309,8 @@ class BatchingGenerator:
             except Exception as exc:  # fail the requests involved, keep serving
                 self._fail_all(exc, outbox)
             outbox.send()
+        if self._masks is not None:
+            self._masks.shutdown(wait=False)
         closed = GeneratorClosedError("the generator was closed")
         outbox = _Outbox()
         with self._cond:
@@ -396,9 +400,21 @@ class BatchingGenerator:
             return int(self._ops.greedy(logits)[0])
         return gen.choose(self._ops.last_logits(logits)[0])
 
+    def _prepare_masks(self) -> Future[None] | None:
+        """Start computing the constrained rows' next masks, to run beside the model's forward pass."""
+        constraints = [t.gen.constraint for t in self._rows if t.gen.constraint is not None]
+        if not constraints:
+            return None
+        if self._masks is None:
+            self._masks = ThreadPoolExecutor(1, thread_name_prefix=f"nrt-grammar-{self.model.artifact_dir.name}")
+        return self._masks.submit(prepare_all, constraints)
+
     def _decode(self, outbox: _Outbox) -> None:
         kv = self._kv
+        masks = self._prepare_masks()
         output, presents = self._stepper.run(self._next, kv.attention_mask(), kv.lengths[:, None], kv.past)
+        if masks is not None:
+            masks.result()
         kv.advance(presents)
         self._steps += 1
         size = kv.size

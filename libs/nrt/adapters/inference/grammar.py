@@ -58,26 +58,39 @@ def grammar_text(response_format: ResponseFormat) -> str:
 class Constraint:
     """One request's grammar state: masks its logits, follows its tokens."""
 
-    __slots__ = ("_bits", "_matcher", "vocab_size")
+    __slots__ = ("_allowed", "_bits", "_matcher", "_ready", "vocab_size")
 
     def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
         self._matcher = matcher
         self.vocab_size = vocab_size
         self._bits = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
+        self._allowed = np.zeros(vocab_size, dtype=np.bool_)
+        self._ready = False  # ``_allowed`` holds the next token's mask
+
+    def prepare(self) -> None:
+        """Compute the next token's mask ahead of :meth:`mask`. llguidance releases the GIL meanwhile:
+        the scheduler runs this on another thread while the model computes the logits."""
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
+        bits = np.unpackbits(self._bits.view(np.uint8), count=self.vocab_size, bitorder="little")
+        self._allowed = bits.view(np.bool_)
+        self._ready = True
 
     def mask(self, logits: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
-        """A copy of one row of logits (``[vocab]``) with every token the grammar forbids next at -inf."""
-        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
+        """A copy of one row of logits (``[vocab]``, the model's vocabulary: ``vocab_size``) with every
+        token the grammar forbids next at -inf."""
+        if not self._ready:
+            self.prepare()
+        self._ready = False
         if self._matcher.is_error():
             raise GrammarError(f"the response format's grammar failed: {self._matcher.get_error()}")
-        allowed = np.unpackbits(self._bits.view(np.uint8), count=self.vocab_size, bitorder="little").view(np.bool_)
-        width = min(self.vocab_size, logits.shape[-1])
-        masked = np.full(logits.shape[-1], -np.inf, dtype=np.float32)
-        np.copyto(masked[:width], logits[:width], where=allowed[:width])
+        masked: npt.NDArray[np.float32] = np.where(self._allowed, logits, np.float32(-np.inf)).astype(
+            np.float32, copy=False
+        )
         return masked
 
     def advance(self, token: int) -> None:
         """Follow the token chosen (it was allowed by :meth:`mask`)."""
+        self._ready = False
         if not self._matcher.consume_token(token):
             raise GrammarError(f"token {token} breaks the response format: {self._matcher.get_error()}")
 
@@ -85,6 +98,12 @@ class Constraint:
     def complete(self) -> bool:
         """The grammar is satisfied and admits nothing more: the answer ends here."""
         return self._matcher.is_stopped()
+
+
+def prepare_all(constraints: list[Constraint]) -> None:
+    """Compute each constraint's next mask (see :meth:`Constraint.prepare`)."""
+    for constraint in constraints:
+        constraint.prepare()
 
 
 class Grammars:
