@@ -3,8 +3,8 @@ or a 400 naming the problem. Pure.
 
 OpenAI's ``response_format`` (``text``, ``json_object``, ``json_schema``) and Anthropic's
 ``output_config.format`` (and its older ``output_format``; ``json_schema`` only) become one
-``ResponseFormat``: the schema as canonical JSON text (sorted keys), so one schema is one compiled
-grammar in the workers' caches. Whether the grammar engine can compile the schema is the worker's
+``ResponseFormat``: the schema as JSON text, the key of its compiled grammar in the workers' caches
+(in the client's key order: the answer writes an object's properties in the schema's order). Whether the grammar engine can compile the schema is the worker's
 call: one it cannot compile comes back as an ``invalid_response_format`` error frame, a 400 naming
 ``response_format`` (``api_gateway.errors``).
 """
@@ -64,11 +64,10 @@ def anthropic_format(type_: str, schema: Any, param: str) -> ResponseFormat:
 
 
 def schema_text(schema: Any, param: str) -> str:
-    """The schema as canonical JSON text; a 400 unless it is a JSON object (or the boolean schema ``true``)."""
+    """The schema as JSON text (its keys in the client's order: the answer's properties follow the
+    schema's order); a 400 unless it is a JSON object."""
     if schema is None:
         raise missing(param)
-    if schema is True:
-        schema = {}
     if not isinstance(schema, dict):
         raise ApiError(
             400,
@@ -76,7 +75,7 @@ def schema_text(schema: Any, param: str) -> str:
             code="invalid_value",
             param=param,
         )
-    return msgspec.json.encode(schema, order="sorted").decode()
+    return msgspec.json.encode(schema).decode()
 
 
 def missing(param: str) -> ApiError:

@@ -65,8 +65,9 @@ class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
     """The shape the answer must have, enforced by constrained decoding on the worker.
 
     ``json_object``: any JSON object. ``json_schema``: a JSON document valid against ``schema``
-    (the JSON Schema as canonical JSON text: sorted keys, so one schema is one cache key). Free
-    text is no format at all (``SamplingParams.response_format`` None).
+    (the JSON Schema as JSON text, in the client's key order: an object's properties are written
+    in the schema's order; the text is the compiled grammar's cache key). Free text is no format
+    at all (``SamplingParams.response_format`` None).
     """
 
     type: Literal["json_object", "json_schema"]
