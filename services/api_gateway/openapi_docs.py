@@ -213,7 +213,7 @@ def _document_response_format(schemas: dict[str, Schema]) -> None:
     given, json_schema = schemas["ResponseFormatIn"], schemas["JsonSchemaFormat"]
     _value((given.properties or {})["type"]).enum = list(OPENAI_TYPES)
     given.any_of = [
-        Schema(properties={"type": Schema(enum=["text", "json_object"])}),
+        Schema(properties={"type": Schema(enum=["text", "json_object"]), "json_schema": Schema(type=OpenAPIType.NULL)}),
         Schema(
             required=["json_schema"],
             properties={

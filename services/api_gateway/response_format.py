@@ -27,6 +27,13 @@ def openai_format(
     type_: str, name: str | None, schema: Any, *, has_json_schema: bool, param: str = "response_format"
 ) -> ResponseFormat | None:
     """OpenAI's ``response_format``: None for ``text``; raises ApiError (400) for anything invalid."""
+    if has_json_schema and type_ != "json_schema":  # refused, not ignored
+        raise ApiError(
+            400,
+            f"{param}.json_schema is only for {param}.type 'json_schema', not '{type_}'",
+            code="invalid_value",
+            param=f"{param}.json_schema",
+        )
     if type_ == "text":
         return None
     if type_ == "json_object":

@@ -74,6 +74,12 @@ def test_json_schema_travels_as_text_in_the_clients_key_order() -> None:
         ({"type": "yaml"}, "response_format", "invalid_value", "'yaml' is not supported; valid types: 'text'"),
         ({"type": "json_schema"}, "response_format.json_schema", "missing_required_parameter", "missing"),
         (
+            {"type": "text", "json_schema": {"name": "x", "schema": SCHEMA}},
+            "response_format.json_schema",
+            "invalid_value",
+            "only for response_format.type 'json_schema', not 'text'",
+        ),
+        (
             {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
             "response_format.json_schema.name",
             "missing_required_parameter",
