@@ -31,7 +31,7 @@ from nrt.adapters.catalogue import ROOT_PROVIDER, find_serving, host_provider, p
 from nrt.adapters.inference import BatchingGenerator, CausalLM, GenerationRequest, build_session, load_weights
 from nrt.core.protocol import ResponseFormat
 
-ROUNDS = 3
+ROUNDS = 5
 BATCHES = (1, 8)
 PROMPT = "Write the customer records as JSON."
 

@@ -426,7 +426,9 @@ class BatchingGenerator:
             greedy = self._ops.greedy(output)
         else:
             logits = self._ops.last_logits(output)
-            greedy = logits.argmax(axis=-1)
+            plain = [b for b, t in enumerate(rows) if not t.gen.needs_logits]  # greedy, unconstrained
+            greedy = np.zeros(len(rows), dtype=np.int64)
+            greedy[plain] = logits[plain].argmax(axis=-1)
         finished: list[int] = []
         for b, ticket in enumerate(rows):
             gen = ticket.gen
