@@ -31,6 +31,17 @@ class Metadata(msgspec.Struct, kw_only=True):
     user_id: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
 
 
+class OutputFormat(msgspec.Struct, kw_only=True):
+    """Anthropic's structured output format: ``{"type": "json_schema", "schema": {...}}``."""
+
+    type: str
+    schema: Any = None
+
+
+class OutputConfig(msgspec.Struct, kw_only=True):
+    format: OutputFormat | None = None  # constrained decoding (api_gateway.response_format)
+
+
 class MessagesRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/messages``. Client ``tools`` are refused: no model here calls them. Fields NRT
     does not use (``thinking``, ``service_tier``, ...) are ignored."""
@@ -47,6 +58,8 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     metadata: Metadata | None = None
     tools: list[Any] | None = None  # refused (400) when not empty
     tool_choice: Any | None = None  # ignored without tools
+    output_config: OutputConfig | None = None  # its ``format`` constrains the answer to a JSON schema
+    output_format: OutputFormat | None = None  # the same, as the structured-outputs beta first named it
 
 
 # -- responses --------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from api_gateway.anthropic_types import BlockIn, MessagesRequest
 from api_gateway.errors import ApiError
+from api_gateway.response_format import anthropic_format
 from api_gateway.validate import MAX_STOP, ChatCall, check_max_tokens, no_tools, session_from
-from nrt.core.protocol import ChatMessage, Role, SamplingParams
+from nrt.core.protocol import ChatMessage, ResponseFormat, Role, SamplingParams
 
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
 
@@ -102,4 +103,22 @@ def _params(request: MessagesRequest, limit: int) -> SamplingParams:
         top_p=request.top_p,
         top_k=request.top_k,
         stop=stop,
+        response_format=_output_format(request),
     )
+
+
+def _output_format(request: MessagesRequest) -> ResponseFormat | None:
+    """``output_config.format`` (or the beta's ``output_format``; not both) as the wire's response format."""
+    configured = request.output_config.format if request.output_config is not None else None
+    if configured is not None and request.output_format is not None:
+        raise ApiError(
+            400,
+            "send the output format once: 'output_config.format' or 'output_format', not both",
+            code="invalid_value",
+            param="output_format",
+        )
+    if configured is not None:
+        return anthropic_format(configured.type, configured.schema, "output_config.format")
+    if request.output_format is not None:
+        return anthropic_format(request.output_format.type, request.output_format.schema, "output_format")
+    return None

@@ -17,7 +17,7 @@ from litestar.exceptions import (
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from api_gateway.openai_types import ErrorDetail, ErrorResponse
-from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.errors import INVALID_RESPONSE_FORMAT, RemoteError
 
 log = logging.getLogger("api_gateway")
 
@@ -67,7 +67,8 @@ class ApiError(Exception):
         """A bus error frame as an HTTP error: the frame's status passes through (5xx when it is not an error status)."""
         status = error.status if 400 <= error.status <= 599 else 502
         headers = {"Retry-After": retry_after_header(error.retry_after)} if error.retry_after is not None else None
-        return cls(status, error.message, code=error.code, headers=headers)
+        param = "response_format" if error.code == INVALID_RESPONSE_FORMAT else None
+        return cls(status, error.message, code=error.code, headers=headers, param=param)
 
     def body(self) -> ErrorResponse:
         return ErrorResponse(

@@ -27,6 +27,22 @@ class StreamOptions(msgspec.Struct, kw_only=True):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, kw_only=True):
+    """``response_format.json_schema``: the answer is constrained to ``schema`` (``strict`` or not)."""
+
+    name: str | None = None  # required (400 when missing)
+    description: str | None = None
+    schema: Any = None  # a JSON Schema object (400 otherwise)
+    strict: bool | None = None  # NRT always constrains: every answer follows the schema
+
+
+class ResponseFormatIn(msgspec.Struct, kw_only=True):
+    """``response_format``: ``text`` (free), ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/chat/completions``. Client ``tools`` (and the older ``functions``) are refused:
     no model here calls them. Other fields NRT does not use (logprobs, ...) are ignored."""
@@ -45,6 +61,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
     tools: list[Any] | None = None  # refused (400) when not empty
     functions: list[Any] | None = None  # the same, in its older form
+    response_format: ResponseFormatIn | None = None  # constrained decoding (api_gateway.response_format)
 
 
 # -- responses --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from litestar.openapi.spec.operation import Operation
 from api_gateway.anthropic_types import MessagesRequest
 from api_gateway.bounds import MAX_TOKENS, bound_of
 from api_gateway.openai_types import ChatCompletionRequest, ErrorResponse
+from api_gateway.response_format import NAME, OPENAI_TYPES
 from api_gateway.validate import MAX_STOP, ROLES, SESSION_HEADER, SESSION_PATTERN
 
 ERRORS: dict[int, str] = {
@@ -154,6 +155,7 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     fields["user"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
     for name in ("tools", "functions"):  # no model here calls client tools
         _value(fields[name]).max_items = 0
+    _document_response_format(schemas)
     request.examples = [
         {"model": "router", "messages": [{"role": "user", "content": "I was charged twice"}], "max_tokens": 8}
     ]
@@ -182,6 +184,11 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     stop = _value(fields["stop_sequences"])
     stop.max_items, stop.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
     _value(fields["tools"]).max_items = 0  # no model here calls client tools
+    output_format = schemas["OutputFormat"]
+    output_format.required = ["schema", "type"]
+    formats = output_format.properties or {}
+    _value(formats["type"]).const = "json_schema"
+    formats["schema"] = _JSON_SCHEMA
     metadata = schemas["Metadata"].properties or {}
     metadata["user_id"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
     request.examples = [
@@ -192,6 +199,33 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     blocks = block.properties or {}
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
+
+
+_JSON_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT,
+    description="A JSON Schema: the answer is constrained to it. One the grammar engine cannot compile is a 400 "
+    "(code `invalid_response_format`).",
+)
+
+
+def _document_response_format(schemas: dict[str, Schema]) -> None:
+    """``response_format``: ``text``, ``json_object``, or ``json_schema`` with its ``json_schema`` (name and schema)."""
+    given, json_schema = schemas["ResponseFormatIn"], schemas["JsonSchemaFormat"]
+    _value((given.properties or {})["type"]).enum = list(OPENAI_TYPES)
+    given.any_of = [
+        Schema(properties={"type": Schema(enum=["text", "json_object"]), "json_schema": Schema(type=OpenAPIType.NULL)}),
+        Schema(
+            required=["json_schema"],
+            properties={
+                "type": Schema(const="json_schema"),
+                "json_schema": Reference(ref="#/components/schemas/JsonSchemaFormat"),
+            },
+        ),
+    ]
+    json_schema.required = ["name", "schema"]
+    fields = json_schema.properties or {}
+    fields["name"] = Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$")
+    fields["schema"] = _JSON_SCHEMA
 
 
 def _value(schema: Schema | Reference) -> Schema:

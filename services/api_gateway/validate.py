@@ -8,9 +8,10 @@ import msgspec
 
 from api_gateway.bounds import MAX_TOKENS, out_of_bounds
 from api_gateway.errors import ApiError
-from api_gateway.openai_types import ChatCompletionRequest, MessageIn
+from api_gateway.openai_types import ChatCompletionRequest, MessageIn, ResponseFormatIn
+from api_gateway.response_format import openai_format
 from nrt.core.manifest import Manifest
-from nrt.core.protocol import ChatMessage, Role, SamplingParams
+from nrt.core.protocol import ChatMessage, ResponseFormat, Role, SamplingParams
 from nrt.core.routing import ModelCall, resolve_model
 
 SESSION_HEADER = "x-nrt-session"
@@ -135,7 +136,24 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
     if len(stop) > MAX_STOP or not all(stop):
         raise ApiError(400, f"'stop' must be up to {MAX_STOP} non-empty strings", code="invalid_value", param="stop")
     return SamplingParams(
-        max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p, seed=request.seed, stop=stop
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=request.seed,
+        stop=stop,
+        response_format=_response_format(request.response_format),
+    )
+
+
+def _response_format(given: ResponseFormatIn | None) -> ResponseFormat | None:
+    if given is None:
+        return None
+    json_schema = given.json_schema
+    return openai_format(
+        given.type,
+        json_schema.name if json_schema is not None else None,
+        json_schema.schema if json_schema is not None else None,
+        has_json_schema=json_schema is not None,
     )
 
 

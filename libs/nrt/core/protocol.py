@@ -61,6 +61,20 @@ class Timings(msgspec.Struct, frozen=True, kw_only=True):
     batch_size_max: int  # the largest batch this request decoded in
 
 
+class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """The shape the answer must have, enforced by constrained decoding on the worker.
+
+    ``json_object``: any JSON object. ``json_schema``: a JSON document valid against ``schema``
+    (the JSON Schema as JSON text, in the client's key order: an object's properties are written
+    in the schema's order; the text is the compiled grammar's cache key). Free text is no format
+    at all (``SamplingParams.response_format`` None).
+    """
+
+    type: Literal["json_object", "json_schema"]
+    schema: str | None = None  # json_schema: the schema's JSON text
+    name: str | None = None  # json_schema: the client's name for it
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """What a client may set; None means the model's manifest default."""
 
@@ -70,6 +84,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     top_k: int | None = None  # sample from the k most likely tokens only
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    response_format: ResponseFormat | None = None  # constrain the answer (None: free text)
 
 
 # -- gateway -> router_svc -------------------------------------------------------------

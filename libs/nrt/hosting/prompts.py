@@ -64,4 +64,5 @@ def generation_request(
         request_id=request.request_id,
         stream=request.stream,
         add_special_tokens=not isinstance(template, ChatTemplate),  # a chat template writes its own
+        response_format=params.response_format,
     )

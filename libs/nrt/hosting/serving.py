@@ -17,8 +17,16 @@ from typing import Protocol
 
 import msgspec
 
-from nrt.adapters.bus.errors import BadRequest, RemoteError
-from nrt.adapters.inference import BatchingGenerator, ContextWindowError, Encoder, InferenceError, TemplateError, Usage
+from nrt.adapters.bus.errors import INVALID_RESPONSE_FORMAT, BadRequest, RemoteError
+from nrt.adapters.inference import (
+    BatchingGenerator,
+    ContextWindowError,
+    Encoder,
+    GrammarError,
+    InferenceError,
+    TemplateError,
+    Usage,
+)
 from nrt.core.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import (
@@ -120,6 +128,8 @@ class Serving:
                     cold_ms = None  # on the first chunk only
             except ContextWindowError as exc:
                 raise RemoteError("context_window_exceeded", str(exc), 400) from exc
+            except GrammarError as exc:
+                raise RemoteError(INVALID_RESPONSE_FORMAT, str(exc), 400) from exc
             except InferenceError as exc:
                 raise RemoteError("inference_failed", str(exc), 500) from exc
 

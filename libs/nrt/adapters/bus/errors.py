@@ -37,6 +37,8 @@ class Unavailable(RemoteError):
         super().__init__(code, message, 503, retry_after)
 
 
+INVALID_RESPONSE_FORMAT = "invalid_response_format"  # the error code of a response format that cannot compile
+
 MODEL_UNAVAILABLE_RETRY_AFTER_S = 5.0  # a lost worker restarts, or placement moves its models, in seconds
 
 

@@ -14,6 +14,7 @@ from nrt.adapters.inference.errors import (
     ArtifactError,
     ContextWindowError,
     GeneratorClosedError,
+    GrammarError,
     InferenceError,
     TemplateError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "GeneratorClosedError",
+    "GrammarError",
     "GraphSignature",
     "IncrementalDetokenizer",
     "InferenceError",

@@ -35,14 +35,16 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 
 from nrt.adapters.inference.causal import CausalLM
-from nrt.adapters.inference.errors import GeneratorClosedError
+from nrt.adapters.inference.errors import GeneratorClosedError, GrammarError
 from nrt.adapters.inference.generation import Generation, start_generation
+from nrt.adapters.inference.grammar import Grammars, prepare_all
 from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
 from nrt.adapters.inference.kv_tensors import KV, OrtValue
 from nrt.adapters.inference.sessions import SessionStore, SessionUsage
@@ -180,6 +182,7 @@ class BatchingGenerator:
         self.prefill_chunk_tokens = prefill_chunk_tokens or max(
             16, _PREFILL_LOGITS_BYTES // (4 * model.spec.vocab_size)
         )
+        self.grammars = Grammars(model.tokenizer, model.spec.vocab_size, model.eos_ids)  # response formats
         self._pending: deque[_Ticket] = deque()
         self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
         self._cond = threading.Condition()
@@ -194,11 +197,17 @@ class BatchingGenerator:
         self._ops = model.ops
         self._steps = 0
         self._rebuilds = 0
+        self._masks: ThreadPoolExecutor | None = None  # computes the grammars' masks during the forward pass
 
     # ----------------------------------------------------------------- public API
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
-        """Stream the chunks of one request. Raises ``ContextWindowError`` before any chunk."""
+        """Stream the chunks of one request. Raises ``ContextWindowError`` (or ``GrammarError``, for a
+        response format that does not compile) before any chunk."""
+        response_format = request.response_format
+        constraint = None
+        if response_format is not None:  # compiled once per schema, off the event loop and the scheduler
+            constraint = await asyncio.to_thread(self.grammars.constraint, response_format)
         gen = start_generation(
             request,
             self.model.tokenizer,
@@ -207,6 +216,7 @@ class BatchingGenerator:
             eos_ids=self.model.eos_ids,
             special_ids=self.model.special_ids,
             previous=self.sessions.transcript(request.session_id) if request.session_id else None,
+            constraint=constraint,
         )
         ticket = _Ticket(gen, self._mailbox(asyncio.get_running_loop()), asyncio.Queue())
         self._submit(ticket)
@@ -299,6 +309,8 @@ class BatchingGenerator:
             except Exception as exc:  # fail the requests involved, keep serving
                 self._fail_all(exc, outbox)
             outbox.send()
+        if self._masks is not None:
+            self._masks.shutdown(wait=False)
         closed = GeneratorClosedError("the generator was closed")
         outbox = _Outbox()
         with self._cond:
@@ -384,33 +396,51 @@ class BatchingGenerator:
 
     def _first_token(self, gen: Generation, logits: OrtValue) -> int:
         """The token after a prompt: only its id comes to the host when greedy."""
-        if gen.sampler.greedy:
+        if not gen.needs_logits:
             return int(self._ops.greedy(logits)[0])
-        return gen.sampler.choose(self._ops.last_logits(logits)[0])
+        return gen.choose(self._ops.last_logits(logits)[0])
+
+    def _prepare_masks(self) -> Future[None] | None:
+        """Start computing the constrained rows' next masks, to run beside the model's forward pass."""
+        constraints = [t.gen.constraint for t in self._rows if t.gen.constraint is not None]
+        if not constraints:
+            return None
+        if self._masks is None:
+            self._masks = ThreadPoolExecutor(1, thread_name_prefix=f"nrt-grammar-{self.model.artifact_dir.name}")
+        return self._masks.submit(prepare_all, constraints)
 
     def _decode(self, outbox: _Outbox) -> None:
         kv = self._kv
+        masks = self._prepare_masks()
         output, presents = self._stepper.run(self._next, kv.attention_mask(), kv.lengths[:, None], kv.past)
+        if masks is not None:
+            masks.result()
         kv.advance(presents)
         self._steps += 1
         size = kv.size
         if self.on_step is not None:
             self.on_step(size)
         rows = self._rows
-        if all(t.gen.sampler.greedy for t in rows):  # only the ids come to the host
+        if not any(t.gen.needs_logits for t in rows):  # only the ids come to the host
             logits = None
             greedy = self._ops.greedy(output)
         else:
             logits = self._ops.last_logits(output)
-            greedy = logits.argmax(axis=-1)
+            plain = [b for b, t in enumerate(rows) if not t.gen.needs_logits]  # greedy, unconstrained
+            greedy = np.zeros(len(rows), dtype=np.int64)
+            greedy[plain] = logits[plain].argmax(axis=-1)
         finished: list[int] = []
         for b, ticket in enumerate(rows):
             gen = ticket.gen
-            sampler = gen.sampler
-            token = int(greedy[b]) if logits is None or sampler.greedy else sampler.choose(logits[b])
             if size > gen.batch_size_max:
                 gen.batch_size_max = size
-            outbox.put(ticket, gen.accept(token))
+            try:
+                token = int(greedy[b]) if logits is None or not gen.needs_logits else gen.choose(logits[b])
+                outbox.put(ticket, gen.accept(token))
+            except GrammarError as exc:  # its response format failed: only this row ends (it leaves next step)
+                gen.cancelled = True
+                outbox.put(ticket, exc)
+                continue
             self._next[b, 0] = token
             if gen.finished:
                 finished.append(b)

@@ -39,3 +39,7 @@ class GeneratorClosedError(InferenceError):
 
 class TemplateError(InferenceError):
     """A prompt template is malformed or cannot render the given messages."""
+
+
+class GrammarError(InferenceError):
+    """A response format (a JSON schema) that the grammar engine cannot compile or follow."""

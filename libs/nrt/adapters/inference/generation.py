@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from nrt.adapters.inference.detokenize import IncrementalDetokenizer
 from nrt.adapters.inference.errors import ContextWindowError, InferenceError
+from nrt.adapters.inference.grammar import Constraint
 from nrt.adapters.inference.sampling import Sampler
 from nrt.adapters.inference.stops import StopMatcher
 from nrt.adapters.inference.structs import Chunk, FinishReason, GenerationRequest, Timings, Usage
@@ -33,6 +36,7 @@ class Generation:
     stops: StopMatcher
     tokens: list[int] = field(default_factory=list)  # prompt + generated
     recorder: TranscriptRecorder | None = None  # a session's turn: what its ids spell, for the next turn
+    constraint: Constraint | None = None  # the response format's grammar: masks the logits, ends the answer
     reused_ids: int = 0  # prompt ids taken from the session's transcript instead of tokenizing
     generated: int = 0
     finish_reason: FinishReason | None = None
@@ -55,6 +59,17 @@ class Generation:
     def last_token(self) -> int:
         return self.tokens[-1]
 
+    @property
+    def needs_logits(self) -> bool:
+        """Its next token needs the whole row of logits on the host (not only the greedy id)."""
+        return not self.sampler.greedy or self.constraint is not None
+
+    def choose(self, logits: npt.NDArray[np.floating]) -> int:
+        """The next token from one row of logits, within the response format when there is one."""
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits)
+        return self.sampler.choose(logits)
+
     def accept(self, token: int) -> Chunk:
         """Record the chosen token; return the chunk to stream (final when finished)."""
         now = time.perf_counter()
@@ -65,11 +80,13 @@ class Generation:
         self.tokens.append(token)
         if token in self.eos_ids and not self.request.ignore_eos:
             return self._finish("stop", "", token)
+        if self.constraint is not None:
+            self.constraint.advance(token)
         piece = self.detok.step(token)
         if self.recorder is not None:
             self.recorder.feed(token, piece)
         text = self.stops.feed(piece)
-        if self.stops.stopped:
+        if self.stops.stopped or (self.constraint is not None and self.constraint.complete):
             return self._finish("stop", text, token)
         if self.generated >= self.max_new:
             return self._finish("length", text, token)
@@ -135,11 +152,13 @@ def start_generation(
     eos_ids: frozenset[int],
     special_ids: frozenset[int] = frozenset(),
     previous: Transcript | None = None,
+    constraint: Constraint | None = None,
 ) -> Generation:
     """Tokenize and validate a request (raises :class:`ContextWindowError` early).
 
     ``previous`` is the transcript of the session's last turn: the part of the prompt's text
-    that extends it takes its ids (see :mod:`nrt.adapters.inference.transcript`).
+    that extends it takes its ids (see :mod:`nrt.adapters.inference.transcript`). ``constraint`` is
+    the request's response format, compiled (:class:`~nrt.adapters.inference.grammar.Grammars`).
     """
     recorder: TranscriptRecorder | None = None
     reused = 0
@@ -178,4 +197,5 @@ def start_generation(
         tokens=list(prompt_ids),
         recorder=recorder,
         reused_ids=reused,
+        constraint=constraint,
     )

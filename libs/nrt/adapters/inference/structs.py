@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from nrt.core.protocol import FinishReason, Timings, Usage
+from nrt.core.protocol import FinishReason, ResponseFormat, Timings, Usage
 
 __all__ = ["Chunk", "FinishReason", "GenerationRequest", "Timings", "Usage"]
 
@@ -16,7 +16,8 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``max_tokens`` defaults to whatever the context window leaves after the prompt.
     ``session_id`` keeps the KV cache after the reply so the next turn of the same
     conversation prefills only its new tokens. ``ignore_eos`` is for benchmarks.
-    ``stream=False`` delivers the whole answer as one chunk when it finishes: the caller's
+    ``response_format`` constrains every token to a grammar (a JSON schema): the answer ends when it
+    is complete. ``stream=False`` delivers the whole answer as one chunk when it finishes: the caller's
     event loop is woken once per request instead of once per token.
     """
 
@@ -35,6 +36,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     # False: ``prompt`` holds every special token the model needs (a chat template wrote them), so
     # the tokenizer adds none (no second BOS)
     add_special_tokens: bool = True
+    response_format: ResponseFormat | None = None  # constrain the answer to it (None: free text)
 
 
 class Chunk(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,6 +28,7 @@ def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
         seed=request.params.seed,
         stop=chosen.stop,
         stream=request.stream,
+        response_format=request.params.response_format,
     )
 
 

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from nrt.core.protocol import FinishReason, Usage
+from nrt.adapters.bus.errors import BadRequest
+from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
@@ -122,7 +123,21 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         body["top_p"] = call.top_p
     if call.stop:
         body["stop_sequences"] = list(call.stop)
+    if call.response_format is not None:
+        body["output_config"] = {"format": output_format(call.response_format)}
     return body
+
+
+def output_format(response_format: ResponseFormat) -> dict[str, object]:
+    """The request's response format as Anthropic's ``output_config.format`` (a JSON schema; Anthropic has
+    no "any JSON object" format, so ``json_object`` is refused here rather than sent as free text)."""
+    if response_format.type != "json_schema" or response_format.schema is None:
+        raise BadRequest(
+            "response_format json_object is not supported by this model's Anthropic endpoint; "
+            "send a json_schema response format",
+            code="unsupported_parameter",
+        )
+    return {"type": "json_schema", "schema": msgspec.json.decode(response_format.schema)}
 
 
 def headers(endpoint: RemoteEndpoint) -> dict[str, str]:

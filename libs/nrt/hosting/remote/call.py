@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nrt.core.protocol import ChatMessage, FinishReason, Usage
+from nrt.core.protocol import ChatMessage, FinishReason, ResponseFormat, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,7 @@ class RemoteCall:
     seed: int | None
     stop: tuple[str, ...]
     stream: bool
+    response_format: ResponseFormat | None = None  # the shape the answer must have (None: free text)
 
 
 @dataclass(frozen=True, slots=True)

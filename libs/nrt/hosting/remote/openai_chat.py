@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from nrt.adapters.bus.errors import RemoteError
-from nrt.core.protocol import FinishReason, Usage
+from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
@@ -88,7 +88,20 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         body["seed"] = call.seed
     if call.stop:
         body["stop"] = list(call.stop)
+    if call.response_format is not None:
+        body["response_format"] = response_format_body(call.response_format)
     return body
+
+
+def response_format_body(response_format: ResponseFormat) -> dict[str, object]:
+    """The request's response format as OpenAI's ``response_format``: the endpoint constrains its answer."""
+    if response_format.type == "json_object" or response_format.schema is None:
+        return {"type": "json_object"}
+    schema: object = msgspec.json.decode(response_format.schema)
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": response_format.name or "response", "schema": schema, "strict": True},
+    }
 
 
 async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall) -> AsyncIterator[Piece]:
