@@ -21,7 +21,7 @@ from api_gateway.shared_limits import SharedRateLimiter
 from nrt.adapters.bus import rpc, subjects
 from nrt.adapters.bus.emitter import EventEmitter
 from nrt.adapters.metrics import DIRECT, UNROUTED, GatewayMetrics, route_outcome
-from nrt.core.events import RequestCompleted, RequestFailed
+from nrt.core.events import RequestCompleted, RequestFailed, request_end_id
 from nrt.core.protocol import Cancel
 
 CLIENT_GONE = 499
@@ -49,10 +49,12 @@ RequestEndedHandler = Callable[[RequestEnded], None]
 
 
 def event_of(fact: RequestEnded) -> RequestCompleted | RequestFailed:
-    """The event that records how the request ended, under the manifest version it was admitted with."""
+    """The event that records how the request ended, under the manifest version it was admitted with; its id is the
+    request's end id, the same as cluster_state's ``owner_lost`` for it (a request ends once in the log)."""
     t = fact.transcript
     if fact.error is not None:
         return RequestFailed(
+            event_id=request_end_id(t.request_id),
             request_id=t.request_id,
             manifest_version=t.manifest_version,
             code=fact.error.code or "error",
@@ -63,6 +65,7 @@ def event_of(fact: RequestEnded) -> RequestCompleted | RequestFailed:
         )
     usage = t.usage()
     return RequestCompleted(
+        event_id=request_end_id(t.request_id),
         request_id=t.request_id,
         manifest_version=t.manifest_version,
         model_id=t.final_model,

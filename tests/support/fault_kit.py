@@ -241,6 +241,16 @@ async def request_events(database_url: str) -> dict[str, Counter[str]]:
     return found
 
 
+async def request_story(database_url: str, request_id: str) -> list[str]:
+    """The events of one request in the log, one line each: what a failed check shows."""
+    store = EventStore.connect(database_url, pool_size=1)
+    try:
+        records = await store.read_stream(f"request:{request_id}")
+    finally:
+        await store.close()
+    return [f"{r.position} {r.event!r}" for r in records]
+
+
 def nrt(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> str:
     """``nrt ARGS`` as an operator runs it against a local stack (found through NRT_HOME, no URL)."""
     environment = {k: v for k, v in os.environ.items() if k not in STACK_ENV} | dict(env or {})
@@ -326,7 +336,7 @@ def check_log(
         counts = found[request_id]
         assert counts["RequestAdmitted"] == 1, (request_id, counts)
         outcome_events = counts["RequestCompleted"] + counts["RequestFailed"]
-        assert outcome_events == 1, (request_id, counts, outcome)
+        assert outcome_events == 1, (request_id, counts, outcome, asyncio.run(request_story(database_url, request_id)))
         assert counts["RequestRouted"] <= 1, (request_id, counts)  # router_svc's decision, once at most
         assert counts[RETRY_ROUTED] <= 1, (request_id, counts)  # and once more for the gateway's one retry
         if served(outcome):

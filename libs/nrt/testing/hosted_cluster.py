@@ -225,12 +225,12 @@ class HostedCluster:
         return chosen
 
     def busiest_worker_host(self) -> Host:
-        """The host whose worker holds the most specialist models (worker-only hosts first on a tie)."""
-        held = {host.name: 0 for host in self.network.hosts}
-        for model_id in self.specialists():
-            for host in self.holders(model_id):
-                held[host.name] += 1
-        return max(reversed(self.network.hosts), key=lambda host: held[host.name])
+        """Of the hosts running a worker alone, the one whose worker holds the most specialist models."""
+        alone = [host for host in self.network.hosts if host.name in self.workers]
+        held = {host.name: sum(host in self.holders(m) for m in self.specialists()) for host in alone}
+        busiest = max(alone, key=lambda host: held[host.name])
+        assert held[busiest.name] > 0, f"no worker alone on its host holds a specialist: {held}"
+        return busiest
 
     def kill_worker(self, host: Host) -> None:
         """SIGKILL the worker on ``host``: a stack's own is restarted by its `nrt up`, one alone on its host

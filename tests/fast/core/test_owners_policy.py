@@ -101,3 +101,31 @@ def test_workers_the_log_holds_alive_are_unheard_until_they_beat_or_are_lost() -
     state = view(log, now=T0, heartbeats=["w1"])
     state = also(state, WorkerLost(occurred_at=T0, worker_id="w3", reason=Reason.SHUTDOWN))
     assert unheard(state) == ["w2"]
+
+
+async def test_a_cut_off_gateways_own_end_of_an_orphaned_request_is_the_same_event_and_the_log_keeps_one() -> None:
+    """cluster_state ended the request (owner_lost) while its gateway was only cut off; the gateway's own end,
+    reported once it is back, has the same id: the log records the request's end once, the first."""
+    from nrt.adapters.store import InMemoryEventStore
+    from nrt.core.events import request_end_id
+
+    log: list[Event] = [admitted("r", "g-cut-off")]
+    state = view(log, now=T0)
+    [orphan_end] = [
+        e for e in emitted(decide(state, None, Tick(), at(LOST_AFTER_S + 1))) if isinstance(e, RequestFailed)
+    ]
+    gateway_end = RequestFailed(
+        event_id=request_end_id("r"),
+        request_id="r",
+        manifest_version=1,
+        code="deadline_exceeded",
+        message="late",
+        status=504,
+    )
+    assert orphan_end.event_id == gateway_end.event_id == request_end_id("r")
+
+    store = InMemoryEventStore()
+    await store.append([*log, orphan_end])
+    await store.append([gateway_end])
+    ends = [r.event for r in await store.read_stream("request:r") if isinstance(r.event, RequestFailed)]
+    assert [(e.code, e.status) for e in ends] == [(OWNER_LOST, 503)]

@@ -31,6 +31,7 @@ from nrt.core.events.schema import (
     WorkerLost,
     derived_event_id,
     new_event_id,
+    request_end_id,
     utc_now,
 )
 from nrt.core.events.upcasters import UPCASTERS, VERSION_HEADER, UpcastError, upcast
@@ -72,6 +73,7 @@ __all__ = [
     "encode",
     "event_class",
     "new_event_id",
+    "request_end_id",
     "schema_version",
     "upcast",
     "utc_now",

@@ -37,6 +37,15 @@ def derived_event_id(cause: str, *facts: str) -> str:
     return str(uuid.uuid5(DERIVED_IDS, "\x1f".join((cause, *facts))))
 
 
+def request_end_id(request_id: str) -> str:
+    """The id of the event that ends a request (``RequestCompleted`` or ``RequestFailed``), whoever decides it.
+
+    A request ends once. Its gateway records the end it gave the client; cluster_state ends the requests of a
+    gateway it has stopped hearing from (``owner_lost``). A gateway cut off by a partition, not dead, reports its
+    own end later: both ends carry this id, so the stream and the store keep the first and drop the other."""
+    return derived_event_id("RequestEnded", request_id)
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nrt.core.events import RequestFailed, derived_event_id
+from nrt.core.events import RequestFailed, request_end_id
 from nrt.core.policies.model import Command, ControlState, Emit
 
 OWNER_LOST = "owner_lost"  # the code of the RequestFailed that ends a request whose gateway is gone
@@ -39,14 +39,15 @@ def held_under(state: ControlState, version: int, now: datetime) -> int:
 
 def end_orphans(state: ControlState, now: datetime) -> list[Command]:
     """``RequestFailed`` (``owner_lost``) for each request whose gateway is gone, stamped ``now``. Its id
-    derives from the request alone: deciding it again on a later tick is the same event."""
+    derives from the request alone (:func:`request_end_id`): deciding it again on a later tick is the same
+    event, and so is the end a gateway that was only cut off reports once it is back."""
     cluster = state.cluster
     silent_s = state.tuning.lost_after_s
     commands: list[Command] = []
     for request_id in orphaned(state, now):
         gateway_id = cluster.admitted_by[request_id]
         failed = RequestFailed(
-            event_id=derived_event_id(OWNER_LOST, request_id),
+            event_id=request_end_id(request_id),
             occurred_at=now,
             request_id=request_id,
             manifest_version=cluster.in_flight[request_id],
