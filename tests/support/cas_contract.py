@@ -2,7 +2,7 @@
 
 The tests run from the files that import them with a ``cas`` fixture:
 ``tests/fast/services/test_shared_rate_limits.py`` (``nrt.testing.memory_kv.MemoryCas``) and
-``tests/integration/gateway/test_shared_rate_limits.py`` (a JetStream KV bucket on a real NATS server).
+``tests/integration/gateway/test_rate_limits_across_gateways.py`` (a JetStream KV bucket on a real NATS server).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-key rate limits shared by every gateway, without a server: the pure bucket arithmetic and leases
 (``api_gateway.ratelimit``), the limiter's shell (``api_gateway.shared_limits``) on the in-memory
 compare-and-set store, and that store's contract (the JetStream KV passes it too:
-``tests/integration/gateway/test_shared_rate_limits.py``)."""
+``tests/integration/gateway/test_rate_limits_across_gateways.py``)."""
 
 from __future__ import annotations
 
