@@ -85,6 +85,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None  # constrain the answer (None: free text)
+    # OpenAI's penalties over the tokens generated so far in this request: logit -= presence * (count > 0)
+    # + frequency * count; logit_bias: (token id, bias) pairs added to the logits before anything else
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 # -- gateway -> router_svc -------------------------------------------------------------

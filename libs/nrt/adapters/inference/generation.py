@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 from nrt.adapters.inference.detokenize import IncrementalDetokenizer
 from nrt.adapters.inference.errors import ContextWindowError, InferenceError
 from nrt.adapters.inference.grammar import Constraint
+from nrt.adapters.inference.penalties import LogitAdjustments
 from nrt.adapters.inference.sampling import Sampler
 from nrt.adapters.inference.stops import StopMatcher
 from nrt.adapters.inference.structs import Chunk, FinishReason, GenerationRequest, Timings, Usage
@@ -37,6 +38,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)  # prompt + generated
     recorder: TranscriptRecorder | None = None  # a session's turn: what its ids spell, for the next turn
     constraint: Constraint | None = None  # the response format's grammar: masks the logits, ends the answer
+    adjustments: LogitAdjustments | None = None  # logit_bias and penalties (None: none asked for)
     reused_ids: int = 0  # prompt ids taken from the session's transcript instead of tokenizing
     generated: int = 0
     finish_reason: FinishReason | None = None
@@ -62,10 +64,13 @@ class Generation:
     @property
     def needs_logits(self) -> bool:
         """Its next token needs the whole row of logits on the host (not only the greedy id)."""
-        return not self.sampler.greedy or self.constraint is not None
+        return not self.sampler.greedy or self.constraint is not None or self.adjustments is not None
 
     def choose(self, logits: npt.NDArray[np.floating]) -> int:
-        """The next token from one row of logits, within the response format when there is one."""
+        """The next token from one row of logits: biased and penalized (when asked), then within the
+        response format when there is one."""
+        if self.adjustments is not None:
+            logits = self.adjustments.apply(logits)
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         return self.sampler.choose(logits)
@@ -78,6 +83,8 @@ class Generation:
         self.t_last = now
         self.generated += 1
         self.tokens.append(token)
+        if self.adjustments is not None:
+            self.adjustments.record(token)
         if token in self.eos_ids and not self.request.ignore_eos:
             return self._finish("stop", "", token)
         if self.constraint is not None:
@@ -181,6 +188,8 @@ def start_generation(
         raise InferenceError(f"max_tokens must be at least 1, got {request.max_tokens}")
     if request.temperature < 0 or not 0 < request.top_p <= 1:
         raise InferenceError(f"need temperature >= 0 and 0 < top_p <= 1, got {request.temperature}, {request.top_p}")
+    adjustments = LogitAdjustments(request.logit_bias, request.presence_penalty, request.frequency_penalty)
+    adjustments.check(tokenizer.get_vocab_size(with_added_tokens=True))
     prompt_tokens = len(prompt_ids)
     room = context_length - prompt_tokens
     max_new = request.max_tokens if request.max_tokens is not None else room
@@ -198,4 +207,5 @@ def start_generation(
         recorder=recorder,
         reused_ids=reused,
         constraint=constraint,
+        adjustments=adjustments if adjustments.active else None,
     )

@@ -37,6 +37,10 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     # the tokenizer adds none (no second BOS)
     add_special_tokens: bool = True
     response_format: ResponseFormat | None = None  # constrain the answer to it (None: free text)
+    # OpenAI's adjustments (nrt.adapters.inference.penalties): over the tokens generated in this request
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias)
 
 
 class Chunk(msgspec.Struct, frozen=True, kw_only=True):

@@ -90,6 +90,12 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         body["stop"] = list(call.stop)
     if call.response_format is not None:
         body["response_format"] = response_format_body(call.response_format)
+    if call.presence_penalty:
+        body["presence_penalty"] = call.presence_penalty
+    if call.frequency_penalty:
+        body["frequency_penalty"] = call.frequency_penalty
+    if call.logit_bias:
+        body["logit_bias"] = {str(token): bias for token, bias in call.logit_bias}
     return body
 
 
