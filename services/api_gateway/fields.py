@@ -23,8 +23,6 @@ OPENAI_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
     "parallel_tool_calls": ((), _TOOLS),
     "functions": (([],), _TOOLS),
     "function_call": (("none",), _TOOLS),
-    "logprobs": ((False,), "log-probabilities are not returned by this cluster yet"),
-    "top_logprobs": ((0,), "log-probabilities are not returned by this cluster yet"),
     "service_tier": (("auto", "default"), "this cluster has one service tier: send 'auto' or 'default'"),
     "store": ((False,), "this cluster does not store completions for later retrieval"),
     "metadata": (({},), "metadata is only kept with stored completions, and this cluster stores none"),

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from api_gateway.bounds import Penalty, Seed, Temperature, TopP
+from api_gateway.bounds import Penalty, Seed, Temperature, TopLogprobs, TopP
+from nrt.core.protocol import TokenLogprob
 
 # -- requests ---------------------------------------------------------------------------
 
@@ -65,14 +66,14 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    logprobs: bool | None = None  # each answer token's log-probability (choices[].logprobs.content)
+    top_logprobs: TopLogprobs | None = None  # and this many alternatives per token (needs logprobs)
     # refused unless absent or harmless (api_gateway.fields): typed loosely so that the 400 names them
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
-    logprobs: Any = None
-    top_logprobs: Any = None
     service_tier: Any = None
     store: Any = None
     metadata: Any = None
@@ -116,11 +117,18 @@ class ResponseMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     tool_calls: list[ToolCall] | None = None
 
 
+class ChoiceLogprobs(msgspec.Struct, kw_only=True):
+    """``choices[].logprobs`` when the request asked for ``logprobs``: one entry per answer token."""
+
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
 class Choice(msgspec.Struct, kw_only=True):
     index: int
     message: ResponseMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
@@ -205,7 +213,7 @@ class ChunkChoice(msgspec.Struct, kw_only=True):
     index: int
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None  # the tokens behind this chunk's text, when asked for
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):

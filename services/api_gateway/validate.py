@@ -145,7 +145,20 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         logit_bias=logit_bias(request.logit_bias),
+        logprobs=bool(request.logprobs),
+        top_logprobs=_top_logprobs(request),
     )
+
+
+def _top_logprobs(request: ChatCompletionRequest) -> int:
+    if request.top_logprobs and not request.logprobs:
+        raise ApiError(
+            400,
+            "'top_logprobs' needs 'logprobs': true (the alternatives come with each token's log-probability)",
+            code="invalid_value",
+            param="top_logprobs",
+        )
+    return request.top_logprobs or 0
 
 
 def logit_bias(given: dict[str, float] | None) -> tuple[tuple[int, float], ...]:

@@ -68,4 +68,6 @@ def generation_request(
         presence_penalty=params.presence_penalty,
         frequency_penalty=params.frequency_penalty,
         logit_bias=params.logit_bias,
+        logprobs=params.logprobs,
+        top_logprobs=params.top_logprobs,
     )

@@ -122,6 +122,7 @@ class Serving:
                         token_ids=chunk.token_ids,
                         finish_reason=chunk.finish_reason,
                         stop_sequence=chunk.stop_sequence,
+                        logprobs=chunk.logprobs,
                         usage=chunk.usage,
                         timings=chunk.timings,
                         cold_start_ms=cold_ms,

@@ -38,6 +38,7 @@ class Honoured:
     value: Any  # a value to send
     reaches: Callable[[ChatCall], bool]  # the routed call carries it
     shown_by: str  # "path::test" that shows its effect on a running stack (or on the pure path)
+    alongside: tuple[tuple[str, Any], ...] = ()  # the fields it needs with it
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,14 @@ OPENAI_FIELDS: dict[str, Honoured | Refused] = {
         _sampling(logit_bias=((3, -100.0), (17, 100.0))),
         OPENAI_SAMPLING + "::test_logit_bias_forces_a_token",
     ),
+    "logprobs": Honoured(True, _sampling(logprobs=True), OPENAI_SAMPLING + "::test_logprobs_match_the_log_softmax"),
+    "top_logprobs": Honoured(
+        3,
+        _sampling(logprobs=True, top_logprobs=3),
+        OPENAI_SAMPLING + "::test_logprobs_match_the_log_softmax",
+        alongside=(("logprobs", True),),
+    ),
     "n": Refused(2),  # 1 (or absent) is what NRT does; more choices per request are not batched yet
-    "logprobs": Refused(True),
-    "top_logprobs": Refused(3),
     "tools": Refused([{"type": "function", "function": {"name": "f"}}]),
     "tool_choice": Refused("auto"),
     "parallel_tool_calls": Refused(False),
@@ -243,7 +249,7 @@ def test_an_honoured_field_reaches_the_routed_call_and_has_a_test(surface: str, 
     table, _, _, make = SURFACES[surface]
     entry = table[name]
     assert isinstance(entry, Honoured)
-    call = make(**{name: entry.value})
+    call = make(**dict(entry.alongside), **{name: entry.value})
     assert entry.reaches(call), f"{surface} '{name}' = {entry.value!r} did not reach the routed call: {call}"
     path, _, test_prefix = entry.shown_by.partition("::")
     source = (TESTS / path).read_text()
@@ -320,6 +326,16 @@ def test_a_bad_logit_bias_is_a_400_naming_the_entry(logit_bias: dict[str, Any], 
         openai_call(logit_bias=logit_bias)
     assert (caught.value.status, caught.value.param) == (400, param)
     assert says in caught.value.message
+
+
+def test_top_logprobs_without_logprobs_is_a_400() -> None:
+    with pytest.raises(ApiError) as caught:
+        openai_call(top_logprobs=2)
+    assert (caught.value.status, caught.value.param) == (400, "top_logprobs")
+    with pytest.raises(ApiError) as bounds:
+        openai_call(logprobs=True, top_logprobs=21)
+    assert (bounds.value.status, bounds.value.param) == (400, "top_logprobs")
+    assert "between 0 and 20" in bounds.value.message
 
 
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])

@@ -6,6 +6,7 @@ without them in one continuous batch on the worker."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,87 @@ async def test_stop_ends_the_answer(stack: Stack) -> None:
     cut, finish, _ = await answer(stack, max_tokens=16, stop=[stop])
     assert finish == "stop"
     assert cut == full[: full.index(stop)]
+
+
+async def logprobs_of(stack: Stack, stream: bool, **fields: Any) -> tuple[str, list[Any]]:
+    """(text, choices[0].logprobs.content) of a billing answer with ``logprobs``."""
+    fields = {"max_tokens": 10, "temperature": 0.0, "logprobs": True, **fields}
+    client = stack.client()
+    if not stream:
+        completion = await client.chat.completions.create(model="billing", messages=PROMPT, **fields)
+        choice = completion.choices[0]
+        assert choice.logprobs is not None
+        assert choice.logprobs.content is not None
+        return choice.message.content or "", list(choice.logprobs.content)
+    chunks = await client.chat.completions.create(model="billing", messages=PROMPT, stream=True, **fields)
+    text, content = "", []
+    async for chunk in chunks:
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            if choice.logprobs is not None and choice.logprobs.content:
+                content.extend(choice.logprobs.content)
+    return text, content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_logprobs_match_the_log_softmax(stack: Stack, stream: bool) -> None:
+    plain, _, _ = await answer(stack, max_tokens=10)
+    text, content = await logprobs_of(stack, stream, top_logprobs=5)
+    assert text == plain  # asking for logprobs does not change the answer
+    assert len(content) == 10
+    # the tokens' bytes spell the answer (a byte of a character alone shows as U+FFFD in its token)
+    assert bytes(b for entry in content for b in (entry.bytes or [])).decode("utf-8", "replace") == text
+    for entry in content:
+        assert entry.logprob <= 0.0
+        tops = entry.top_logprobs
+        assert len(tops) == 5
+        assert [t.logprob for t in tops] == sorted((t.logprob for t in tops), reverse=True)
+        assert sum(math.exp(t.logprob) for t in tops) <= 1.0 + 1e-4
+        # greedy: the chosen token is the most likely one, with the same log-probability
+        assert (tops[0].token, tops[0].logprob) == (entry.token, entry.logprob)
+    # sampled: the chosen token is among the alternatives (all 20 of a byte-level vocabulary's likeliest), same value
+    _, sampled = await logprobs_of(stack, stream, temperature=1.0, seed=7, top_logprobs=20)
+
+    def same(top: Any, entry: Any) -> bool:  # by bytes too: every lone byte above 0x7f reads U+FFFD
+        return bool(top.token == entry.token and top.bytes == entry.bytes)
+
+    found = [t for entry in sampled for t in entry.top_logprobs if same(t, entry)]
+    assert found
+    for entry in sampled:
+        for top in entry.top_logprobs:
+            if same(top, entry):
+                assert top.logprob == pytest.approx(entry.logprob, abs=1e-5)
+    assert (await logprobs_of(stack, not stream, top_logprobs=5))[1] == content  # streamed == whole
+
+
+async def test_logprobs_follow_logit_bias_and_come_without_alternatives_unless_asked(
+    stack: Stack, tokenizer: Tokenizer
+) -> None:
+    token = tokenizer.encode("x", add_special_tokens=False).ids[-1]
+    text, content = await logprobs_of(stack, False, max_tokens=4, logit_bias={str(token): 100})
+    assert text == "xxxx"
+    assert [entry.token for entry in content] == ["x"] * 4
+    for entry in content:
+        assert entry.logprob == pytest.approx(0.0, abs=1e-3)  # the log-softmax of a row the bias dominates
+        assert entry.top_logprobs == []
+
+
+async def test_rows_with_and_without_logprobs_share_a_batch(stack: Stack) -> None:
+    alone = await logprobs_of(stack, False, top_logprobs=2)
+    plain = await answer(stack, max_tokens=10)
+    together = await asyncio.gather(
+        logprobs_of(stack, False, top_logprobs=2),
+        answer(stack, max_tokens=10),
+        logprobs_of(stack, True, top_logprobs=2),
+        answer(stack, max_tokens=10, frequency_penalty=1.0),
+    )
+    for text, content in (together[0], together[2]):  # the same tokens; values up to a batch's float rounding
+        assert text == alone[0]
+        assert [(e.token, e.bytes) for e in content] == [(e.token, e.bytes) for e in alone[1]]
+        assert [e.logprob for e in content] == pytest.approx([e.logprob for e in alone[1]], abs=1e-3)
+        assert len(content[0].top_logprobs) == 2
+    assert together[1] == plain
+    completion = await stack.client().chat.completions.create(
+        model="billing", messages=PROMPT, max_tokens=3, temperature=0.0
+    )
+    assert completion.choices[0].logprobs is None  # not asked for: null, as OpenAI answers

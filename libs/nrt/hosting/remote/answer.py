@@ -32,6 +32,7 @@ def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
         presence_penalty=request.params.presence_penalty,
         frequency_penalty=request.params.frequency_penalty,
         logit_bias=request.params.logit_bias,
+        logprobs=request.params.logprobs,
     )
 
 

@@ -115,6 +115,7 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         ("presence_penalty", call.presence_penalty),
         ("frequency_penalty", call.frequency_penalty),
         ("logit_bias", call.logit_bias),
+        ("logprobs", call.logprobs),
     ):
         if value:
             raise BadRequest(

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.errors import BadRequest, RemoteError
 from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
@@ -74,6 +74,12 @@ def finish_reason(reason: str) -> FinishReason:
 
 
 def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object]:
+    if call.logprobs:
+        raise BadRequest(
+            "'logprobs' is not supported by this model's remote endpoint (NRT does not read them back); "
+            "send the request without it",
+            code="unsupported_parameter",
+        )
     body: dict[str, object] = {
         "model": endpoint.model,
         "messages": [{"role": m.role, "content": m.content} for m in call.messages],
