@@ -72,3 +72,14 @@ def test_a_byte_level_tokens_bytes_are_its_raw_bytes() -> None:
     assert (first.token, first.bytes, second.bytes) == ("\ufffd", (0xC3,), (0xA9,))
     assert bytes(first.bytes + second.bytes).decode() == "é"
     assert recorder.entry(row, 3).bytes == (0x20,)
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0, 40.0])
+def test_the_top_alternatives_are_exact_however_flat_or_peaked_the_row(spread: float) -> None:
+    words = [f"w{i}" for i in range(3000)]
+    large = Tokenizer(WordLevel({word: i for i, word in enumerate(words)}, unk_token="w0"))
+    row = (np.random.default_rng(5).normal(size=len(words)) * spread).astype(np.float32)
+    entry = LogprobRecorder(large, top=20).entry(row, 0)
+    expected = np.argsort(-row, kind="stable")[:20]
+    assert [t.token for t in entry.top_logprobs] == [words[i] for i in expected]
+    assert [t.logprob for t in entry.top_logprobs] == pytest.approx(log_softmax(row)[expected], abs=1e-4)

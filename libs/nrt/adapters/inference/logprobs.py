@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders
 from nrt.core.protocol import TokenLogprob, TopLogprob
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound
+_MARGINS = (8.0, 16.0)  # logits below the peak searched for the top alternatives before the whole row
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallback (Gemma, Llama 2)
 
 
@@ -36,6 +37,22 @@ def _byte_level_decoder() -> dict[str, int]:
 _BYTE_LEVEL = _byte_level_decoder()
 
 
+def _top_ids(row: npt.NDArray[np.float32], peak: float, k: int) -> npt.NDArray[np.intp]:
+    """The ``k`` highest logits' ids, highest first. Exact, without partitioning the whole vocabulary in the
+    usual case: every token within ``margin`` of the peak outranks every token outside, so when at
+    least ``k`` lie within it, the top ``k`` are among them."""
+    candidates = np.arange(row.shape[0])
+    for margin in _MARGINS:
+        near = np.flatnonzero(row >= np.float32(peak - margin))
+        if near.size >= k:
+            candidates = near
+            break
+    if candidates.size > k:
+        candidates = candidates[np.argpartition(row[candidates], -k)[-k:]]
+    ordered: npt.NDArray[np.intp] = candidates[np.argsort(-row[candidates], kind="stable")]
+    return ordered
+
+
 class LogprobRecorder:
     """Turns the row a token was chosen from into its :class:`TokenLogprob`."""
 
@@ -50,14 +67,14 @@ class LogprobRecorder:
     def entry(self, logits: npt.NDArray[np.floating], token: int) -> TokenLogprob:
         """The chosen ``token``'s log-probability in ``logits`` (one row, ``[vocab]``), with the top alternatives."""
         row = np.asarray(logits, dtype=np.float32)
-        peak = float(row.max())
-        log_total = peak + float(np.log(np.exp(row - np.float32(peak), dtype=np.float32).sum(dtype=np.float64)))
+        peak = row.max()
+        shifted = row - peak
+        np.exp(shifted, out=shifted)
+        log_total = float(peak) + float(np.log(shifted.sum(dtype=np.float64)))
         top: tuple[TopLogprob, ...] = ()
         if self.top:
-            k = min(self.top, row.shape[0])
-            ids = np.argpartition(row, -k)[-k:]
-            ids = ids[np.argsort(-row[ids], kind="stable")]
-            top = tuple(self._scored(int(i), float(row[i]) - log_total) for i in ids.tolist())
+            ids = _top_ids(row, float(peak), min(self.top, row.shape[0]))
+            top = tuple(self._scored(i, float(row[i]) - log_total) for i in ids.tolist())
         piece = self._piece(token)
         return TokenLogprob(
             token=piece.token, logprob=float(row[token]) - log_total, bytes=piece.bytes, top_logprobs=top
