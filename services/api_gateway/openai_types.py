@@ -22,6 +22,10 @@ class MessageIn(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    # an earlier turn's tool calls (refused when not empty, as client tools are: api_gateway.validate)
+    tool_calls: list[Any] | None = None
+    function_call: Any = None
+    audio: Any = None
 
 
 class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -96,6 +96,19 @@ def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
                 code="invalid_value",
                 param=f"messages[{i}].role",
             )
+        for field, value in (
+            ("tool_calls", message.tool_calls),
+            ("function_call", message.function_call),
+            ("audio", message.audio),
+        ):
+            if value:
+                raise ApiError(
+                    400,
+                    f"messages[{i}].{field} is not supported: no model of this cluster calls client tools or "
+                    "speaks audio; send the turn's text as its content",
+                    code="unsupported_parameter",
+                    param=f"messages[{i}].{field}",
+                )
         out.append(ChatMessage(role=role, content=_content(message, i)))
     if not any(m.role == "user" for m in out):
         raise ApiError(

@@ -312,6 +312,25 @@ def test_a_field_outside_the_schema_is_a_400_naming_it(surface: str, fields: dic
     assert param in error.message
 
 
+@pytest.mark.parametrize("field", ["tool_calls", "function_call", "audio"])
+def test_an_earlier_turns_tool_calls_are_a_400_naming_them(field: str) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    value: Any = (
+        [call]
+        if field == "tool_calls"
+        else {"name": "f", "arguments": "{}"}
+        if field == "function_call"
+        else {"id": "a"}
+    )
+    assistant = {"role": "assistant", "content": None, field: value}
+    with pytest.raises(ApiError) as caught:
+        openai_call(messages=[USER, assistant, USER])
+    assert (caught.value.status, caught.value.param) == (400, f"messages[1].{field}")
+    assert (
+        openai_call(messages=[USER, {"role": "assistant", "content": "ok", "tool_calls": []}, USER]).model == "router"
+    )
+
+
 @pytest.mark.parametrize(
     ("logit_bias", "param", "says"),
     [
