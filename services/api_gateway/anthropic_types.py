@@ -27,7 +27,7 @@ class MessageParam(msgspec.Struct, kw_only=True):
     content: str | list[BlockIn]
 
 
-class Metadata(msgspec.Struct, kw_only=True):
+class Metadata(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     user_id: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
 
 
@@ -38,13 +38,16 @@ class OutputFormat(msgspec.Struct, kw_only=True):
     schema: Any = None
 
 
-class OutputConfig(msgspec.Struct, kw_only=True):
+class OutputConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: OutputFormat | None = None  # constrained decoding (api_gateway.response_format)
+    effort: Any = None  # refused when given: no model here reasons
 
 
-class MessagesRequest(msgspec.Struct, kw_only=True):
-    """``POST /v1/messages``. Client ``tools`` are refused: no model here calls them. Fields NRT
-    does not use (``thinking``, ``service_tier``, ...) are ignored."""
+class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/messages``: every field of Anthropic's published request schema is declared (and
+    ``temperature`` / ``top_p`` / ``top_k``, which older versions of it publish), so none is dropped
+    unseen. Each is honoured or refused with a 400 naming it (``api_gateway.fields``); a field outside
+    the schema is a 400 too (unknown parameter)."""
 
     model: str
     max_tokens: int
@@ -56,10 +59,20 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: Metadata | None = None
-    tools: list[Any] | None = None  # refused (400) when not empty
-    tool_choice: Any | None = None  # ignored without tools
     output_config: OutputConfig | None = None  # its ``format`` constrains the answer to a JSON schema
     output_format: OutputFormat | None = None  # the same, as the structured-outputs beta first named it
+    # refused unless absent or harmless (api_gateway.fields): typed loosely so that the 400 names them
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    thinking: Any = None
+    service_tier: Any = None
+    cache_control: Any = None
+    container: Any = None
+    diagnostics: Any = None
+    inference_geo: Any = None
+    speed: Any = None
+    user_profile_id: Any = None
+    workspace_id: Any = None
 
 
 # -- responses --------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from api_gateway.anthropic_types import BlockIn, MessagesRequest
 from api_gateway.errors import ApiError
+from api_gateway.fields import ANTHROPIC_REFUSED, refuse_unsupported
 from api_gateway.response_format import anthropic_format
-from api_gateway.validate import MAX_STOP, ChatCall, check_max_tokens, no_tools, session_from
+from api_gateway.validate import MAX_STOP, ChatCall, check_max_tokens, session_from
 from nrt.core.protocol import ChatMessage, ResponseFormat, Role, SamplingParams
 
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
@@ -23,8 +24,14 @@ def validate_messages(
     """Check everything that does not depend on the manifest; raises ApiError (400)."""
     if not request.model:
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
-    if request.tools:
-        raise ApiError(400, no_tools("tools"), code="unsupported_parameter", param="tools")
+    refuse_unsupported(((name, getattr(request, name)) for name in ANTHROPIC_REFUSED), ANTHROPIC_REFUSED)
+    if request.output_config is not None and request.output_config.effort is not None:
+        raise ApiError(
+            400,
+            "'output_config.effort' is not supported: the models of this cluster are not reasoning models; omit it",
+            code="unsupported_parameter",
+            param="output_config.effort",
+        )
     system = _text(request.system, "system") if request.system is not None else ""
     messages = _messages(request, max_messages)
     return ChatCall(

@@ -22,6 +22,8 @@ AnthropicTemperature = Annotated[float, msgspec.Meta(ge=0, le=1)]  # Anthropic: 
 TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 TopK = Annotated[int, msgspec.Meta(ge=1)]
 Seed = Annotated[int, msgspec.Meta(ge=0, le=SEED_MAX)]
+TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]  # OpenAI: 0-20 alternatives per token
+Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]  # OpenAI presence/frequency penalties: [-2, 2]
 
 
 def _number(value: float) -> str:

@@ -17,7 +17,7 @@ from litestar.exceptions import (
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from api_gateway.openai_types import ErrorDetail, ErrorResponse
-from nrt.adapters.bus.errors import INVALID_RESPONSE_FORMAT, RemoteError
+from nrt.adapters.bus.errors import INVALID_LOGIT_BIAS, INVALID_RESPONSE_FORMAT, RemoteError
 
 log = logging.getLogger("api_gateway")
 
@@ -67,7 +67,7 @@ class ApiError(Exception):
         """A bus error frame as an HTTP error: the frame's status passes through (5xx when it is not an error status)."""
         status = error.status if 400 <= error.status <= 599 else 502
         headers = {"Retry-After": retry_after_header(error.retry_after)} if error.retry_after is not None else None
-        param = "response_format" if error.code == INVALID_RESPONSE_FORMAT else None
+        param = {INVALID_RESPONSE_FORMAT: "response_format", INVALID_LOGIT_BIAS: "logit_bias"}.get(error.code)
         return cls(status, error.message, code=error.code, headers=headers, param=param)
 
     def body(self) -> ErrorResponse:
@@ -100,6 +100,15 @@ def from_http_exception(exc: HTTPException, max_body_bytes: int) -> ApiError:
             param = f"{key}.{field}" if key and key not in (field, "data") else field
             return ApiError(
                 400, f"missing required parameter '{param}'", code="missing_required_parameter", param=param
+            )
+        if text.startswith("Object contains unknown field"):
+            field = text.split("`")[1] if "`" in text else key
+            param = f"{key}.{field}" if key and key not in (field, "data") else field
+            return ApiError(
+                400,
+                f"unknown parameter '{param}': it is not in this API's request schema (see GET /schema/openapi.json)",
+                code="unknown_parameter",
+                param=param,
             )
         if text == "'data'":
             return ApiError(

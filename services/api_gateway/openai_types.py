@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from api_gateway.bounds import Seed, Temperature, TopP
+from api_gateway.bounds import Penalty, Seed, Temperature, TopLogprobs, TopP
+from nrt.core.protocol import TokenLogprob
 
 # -- requests ---------------------------------------------------------------------------
 
@@ -21,10 +22,15 @@ class MessageIn(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    # an earlier turn's tool calls (refused when not empty, as client tools are: api_gateway.validate)
+    tool_calls: list[Any] | None = None
+    function_call: Any = None
+    audio: Any = None
 
 
-class StreamOptions(msgspec.Struct, kw_only=True):
+class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # refused when true: NRT pads no stream events
 
 
 class JsonSchemaFormat(msgspec.Struct, kw_only=True):
@@ -43,9 +49,10 @@ class ResponseFormatIn(msgspec.Struct, kw_only=True):
     json_schema: JsonSchemaFormat | None = None
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    """``POST /v1/chat/completions``. Client ``tools`` (and the older ``functions``) are refused:
-    no model here calls them. Other fields NRT does not use (logprobs, ...) are ignored."""
+class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/chat/completions``: every field of OpenAI's published request schema is declared,
+    so none is dropped unseen. Each is honoured or refused with a 400 naming it
+    (``api_gateway.fields``); a field outside the schema is a 400 too (unknown parameter)."""
 
     model: str
     messages: list[MessageIn]
@@ -59,9 +66,32 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     stop: str | list[str] | None = None
     n: int | None = None
     user: str | None = None  # used as the conversation id when no X-NRT-Session header is sent
-    tools: list[Any] | None = None  # refused (400) when not empty
-    functions: list[Any] | None = None  # the same, in its older form
     response_format: ResponseFormatIn | None = None  # constrained decoding (api_gateway.response_format)
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    logprobs: bool | None = None  # each answer token's log-probability (choices[].logprobs.content)
+    top_logprobs: TopLogprobs | None = None  # and this many alternatives per token (needs logprobs)
+    # refused unless absent or harmless (api_gateway.fields): typed loosely so that the 400 names them
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    service_tier: Any = None
+    store: Any = None
+    metadata: Any = None
+    modalities: Any = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    moderation: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+    safety_identifier: Any = None
 
 
 # -- responses --------------------------------------------------------------------------
@@ -91,11 +121,18 @@ class ResponseMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     tool_calls: list[ToolCall] | None = None
 
 
+class ChoiceLogprobs(msgspec.Struct, kw_only=True):
+    """``choices[].logprobs`` when the request asked for ``logprobs``: one entry per answer token."""
+
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
 class Choice(msgspec.Struct, kw_only=True):
     index: int
     message: ResponseMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
@@ -180,7 +217,7 @@ class ChunkChoice(msgspec.Struct, kw_only=True):
     index: int
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None  # the tokens behind this chunk's text, when asked for
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):

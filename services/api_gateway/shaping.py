@@ -18,6 +18,7 @@ from api_gateway.openai_types import (
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
+    ChoiceLogprobs,
     ChunkChoice,
     Delta,
     FunctionCall,
@@ -29,7 +30,7 @@ from api_gateway.openai_types import (
     ToolCallDelta,
     Usage,
 )
-from nrt.core.protocol import Dispatch, FinishReason, GenerateChunk
+from nrt.core.protocol import Dispatch, FinishReason, GenerateChunk, TokenLogprob
 
 TOOL_NAME = "dispatch_to_specialist"
 SSE_DONE = b"data: [DONE]\n\n"
@@ -74,6 +75,8 @@ class Transcript:
         self.first_wall: float | None = None  # unix time the first chunk arrived
         self.last_wall: float | None = None  # and the last
         self.parts: list[str] = []
+        self.logprobs: list[TokenLogprob] = []  # the answer tokens' (when the request asked for them)
+        self._logprobs_sent = 0  # how many of them SSE chunks have carried
         self.first: GenerateChunk | None = None
         self.last: GenerateChunk | None = None
 
@@ -108,7 +111,15 @@ class Transcript:
         self.last, self.last_at, self.last_wall = chunk, at, wall
         if chunk.text:
             self.parts.append(chunk.text)
+        self.logprobs.extend(chunk.logprobs)
         return chunk.text
+
+    def _unsent_logprobs(self) -> ChoiceLogprobs | None:
+        """The token log-probabilities received since the last chunk that carried some (None: none)."""
+        if len(self.logprobs) == self._logprobs_sent:
+            return None
+        unsent, self._logprobs_sent = self.logprobs[self._logprobs_sent :], len(self.logprobs)
+        return ChoiceLogprobs(content=unsent)
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -222,7 +233,14 @@ class Transcript:
             id=self.id,
             created=self.created,
             model=self.final_model,
-            choices=[Choice(index=0, message=message, finish_reason=self.finish_reason())],
+            choices=[
+                Choice(
+                    index=0,
+                    message=message,
+                    finish_reason=self.finish_reason(),
+                    logprobs=ChoiceLogprobs(content=self.logprobs) if self.logprobs else None,
+                )
+            ],
             usage=self.usage(),
             system_fingerprint=self.fingerprint,
             nrt=self.info(ended),
@@ -230,14 +248,16 @@ class Transcript:
 
     # -- SSE chunks -----------------------------------------------------------------------
 
-    def _chunk(self, delta: Delta, finish_reason: str | None = None) -> ChatCompletionChunk:
+    def _chunk(
+        self, delta: Delta, finish_reason: str | None = None, logprobs: ChoiceLogprobs | None = None
+    ) -> ChatCompletionChunk:
         return ChatCompletionChunk(
             id=self.id,
             object="chat.completion.chunk",
             created=self.created,
             model=self.final_model,
             system_fingerprint=self.fingerprint,
-            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)],
+            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason, logprobs=logprobs)],
         )
 
     def opening_chunk(self) -> ChatCompletionChunk:
@@ -247,12 +267,12 @@ class Transcript:
         return self._chunk(Delta(role="assistant", content="", tool_calls=tool_calls))
 
     def content_chunk(self, text: str) -> ChatCompletionChunk:
-        return self._chunk(Delta(content=text))
+        return self._chunk(Delta(content=text), logprobs=self._unsent_logprobs())
 
     def closing_chunks(self, ended: float, include_usage: bool) -> list[ChatCompletionChunk]:
         """The finish reason with the ``nrt`` block; usage on it, or on a separate last chunk
         with no choices when the client asked for ``stream_options.include_usage`` (as OpenAI does)."""
-        closing = self._chunk(Delta(), self.finish_reason())
+        closing = self._chunk(Delta(), self.finish_reason(), self._unsent_logprobs())
         closing.nrt = self.info(ended)
         if not include_usage:
             closing.usage = self.usage()

@@ -8,6 +8,7 @@ import msgspec
 
 from api_gateway.bounds import MAX_TOKENS, out_of_bounds
 from api_gateway.errors import ApiError
+from api_gateway.fields import OPENAI_REFUSED, refuse_unsupported
 from api_gateway.openai_types import ChatCompletionRequest, MessageIn, ResponseFormatIn
 from api_gateway.response_format import openai_format
 from nrt.core.manifest import Manifest
@@ -18,6 +19,8 @@ SESSION_HEADER = "x-nrt-session"
 SESSION_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")  # the whole value (fullmatch)
 ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP = 4
+LOGIT_BIAS_MIN, LOGIT_BIAS_MAX = -100.0, 100.0
+MAX_LOGIT_BIAS = 1024  # tokens per request (OpenAI allows 300; a mask over a vocabulary costs the same)
 
 
 class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,9 +42,14 @@ def validate_chat(
         raise ApiError(400, "'model' must name a model (see GET /v1/models)", code="invalid_value", param="model")
     if request.n not in (None, 1):
         raise ApiError(400, f"'n' must be 1, got {request.n}", code="invalid_value", param="n")
-    for param, tools in (("tools", request.tools), ("functions", request.functions)):
-        if tools:
-            raise ApiError(400, no_tools(param), code="unsupported_parameter", param=param)
+    refuse_unsupported(((name, getattr(request, name)) for name in OPENAI_REFUSED), OPENAI_REFUSED)
+    if request.stream_options is not None and request.stream_options.include_obfuscation:
+        raise ApiError(
+            400,
+            "'stream_options.include_obfuscation' is not supported: NRT pads no stream events; send false or omit it",
+            code="unsupported_parameter",
+            param="stream_options.include_obfuscation",
+        )
     return ChatCall(
         model=request.model,
         messages=_messages(request.messages, max_messages),
@@ -49,14 +57,6 @@ def validate_chat(
         stream=request.stream,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         session_id=session_from(session_header, request.user),
-    )
-
-
-def no_tools(param: str) -> str:
-    """Why a request with client tools is refused (each API names its own parameter)."""
-    return (
-        f"'{param}' is not supported: no model of this cluster calls client tools "
-        "(the router's dispatch_to_specialist hop is the only tool call it shows); send the request without it"
     )
 
 
@@ -96,6 +96,19 @@ def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
                 code="invalid_value",
                 param=f"messages[{i}].role",
             )
+        for field, value in (
+            ("tool_calls", message.tool_calls),
+            ("function_call", message.function_call),
+            ("audio", message.audio),
+        ):
+            if value:
+                raise ApiError(
+                    400,
+                    f"messages[{i}].{field} is not supported: no model of this cluster calls client tools or "
+                    "speaks audio; send the turn's text as its content",
+                    code="unsupported_parameter",
+                    param=f"messages[{i}].{field}",
+                )
         out.append(ChatMessage(role=role, content=_content(message, i)))
     if not any(m.role == "user" for m in out):
         raise ApiError(
@@ -142,7 +155,53 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
         seed=request.seed,
         stop=stop,
         response_format=_response_format(request.response_format),
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        logit_bias=logit_bias(request.logit_bias),
+        logprobs=bool(request.logprobs),
+        top_logprobs=_top_logprobs(request),
     )
+
+
+def _top_logprobs(request: ChatCompletionRequest) -> int:
+    if request.top_logprobs and not request.logprobs:
+        raise ApiError(
+            400,
+            "'top_logprobs' needs 'logprobs': true (the alternatives come with each token's log-probability)",
+            code="invalid_value",
+            param="top_logprobs",
+        )
+    return request.top_logprobs or 0
+
+
+def logit_bias(given: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """``logit_bias`` as (token id, bias) pairs, sorted; a 400 naming a key that is no token id or a bias
+    outside [-100, 100]. The ids are checked against the model's vocabulary by the worker that runs it."""
+    pairs = []
+    for key, bias in (given or {}).items():
+        if not (key.isascii() and key.isdigit()):
+            raise ApiError(
+                400,
+                f"'logit_bias' keys must be token ids (non-negative integers as strings), got {key[:40]!r}",
+                code="invalid_value",
+                param=f"logit_bias.{key[:40]}",
+            )
+        if not LOGIT_BIAS_MIN <= bias <= LOGIT_BIAS_MAX:
+            raise ApiError(
+                400,
+                f"'logit_bias' values must be between -100 and 100, got {bias} for token {key}",
+                code="invalid_value",
+                param=f"logit_bias.{key}",
+            )
+        pairs.append((int(key), float(bias)))
+    if len(pairs) > MAX_LOGIT_BIAS:
+        raise ApiError(
+            400,
+            f"'logit_bias' holds {len(pairs)} tokens; the limit is {MAX_LOGIT_BIAS}",
+            code="invalid_value",
+            param="logit_bias",
+        )
+    return tuple(sorted(pairs))
 
 
 def _response_format(given: ResponseFormatIn | None) -> ResponseFormat | None:

@@ -75,6 +75,20 @@ class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None = None  # json_schema: the client's name for it
 
 
+class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
+    """A token and its log-probability (natural log), as OpenAI's ``top_logprobs`` entries have them."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]  # the token's text as UTF-8
+
+
+class TokenLogprob(TopLogprob, frozen=True, kw_only=True):
+    """A generated token's log-probability and the most likely alternatives at its step (OpenAI's shape)."""
+
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """What a client may set; None means the model's manifest default."""
 
@@ -85,6 +99,13 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None  # constrain the answer (None: free text)
+    # OpenAI's penalties over the tokens generated so far in this request: logit -= presence * (count > 0)
+    # + frequency * count; logit_bias: (token id, bias) pairs added to the logits before anything else
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: bool = False  # each generated token's log-probability comes back on its chunk
+    top_logprobs: int = 0  # and this many most likely alternatives (0-20; needs logprobs)
 
 
 # -- gateway -> router_svc -------------------------------------------------------------
@@ -179,6 +200,7 @@ class GenerateChunk(msgspec.Struct, frozen=True, kw_only=True, tag="chunk"):
     timings: Timings | None = None
     cold_start_ms: float | None = None  # set when this request had to promote the model first
     stop_sequence: str | None = None  # the last chunk: the stop sequence that ended the answer, if one did
+    logprobs: tuple[TokenLogprob, ...] = ()  # asked for (SamplingParams.logprobs): one per token of the text
     route: Dispatch | None = None  # the first chunk of a routed request: the router's decision
     received_at: float | None = None  # unix time the request reached the worker
     sent_at: float | None = None  # unix time the worker sent this chunk

@@ -65,4 +65,9 @@ def generation_request(
         stream=request.stream,
         add_special_tokens=not isinstance(template, ChatTemplate),  # a chat template writes its own
         response_format=params.response_format,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        logit_bias=params.logit_bias,
+        logprobs=params.logprobs,
+        top_logprobs=params.top_logprobs,
     )

@@ -17,13 +17,14 @@ from typing import Protocol
 
 import msgspec
 
-from nrt.adapters.bus.errors import INVALID_RESPONSE_FORMAT, BadRequest, RemoteError
+from nrt.adapters.bus.errors import INVALID_LOGIT_BIAS, INVALID_RESPONSE_FORMAT, BadRequest, RemoteError
 from nrt.adapters.inference import (
     BatchingGenerator,
     ContextWindowError,
     Encoder,
     GrammarError,
     InferenceError,
+    LogitBiasError,
     TemplateError,
     Usage,
 )
@@ -121,6 +122,7 @@ class Serving:
                         token_ids=chunk.token_ids,
                         finish_reason=chunk.finish_reason,
                         stop_sequence=chunk.stop_sequence,
+                        logprobs=chunk.logprobs,
                         usage=chunk.usage,
                         timings=chunk.timings,
                         cold_start_ms=cold_ms,
@@ -130,6 +132,8 @@ class Serving:
                 raise RemoteError("context_window_exceeded", str(exc), 400) from exc
             except GrammarError as exc:
                 raise RemoteError(INVALID_RESPONSE_FORMAT, str(exc), 400) from exc
+            except LogitBiasError as exc:
+                raise RemoteError(INVALID_LOGIT_BIAS, str(exc), 400) from exc
             except InferenceError as exc:
                 raise RemoteError("inference_failed", str(exc), 500) from exc
 

@@ -209,3 +209,23 @@ def test_an_anthropic_endpoint_refuses_json_object_rather_than_answering_free_te
         anthropic_messages.request_body(endpoint("anthropic"), call)
     assert caught.value.status == 400
     assert "json_object" in caught.value.message
+
+
+def test_a_remote_model_gets_the_penalties_and_bias_or_refuses_them() -> None:
+    """The remote tier passes OpenAI's sampling fields on to an OpenAI endpoint; an Anthropic one has no
+    such fields, so the request is a 400 naming the field rather than answered without it."""
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=-1.0, logit_bias=((7, 50.0),))
+    request = GenerateRequest(
+        request_id="r1", model_id="m", manifest_version=1, messages=(ChatMessage("user", "hi"),), params=params
+    )
+    wire = msgspec.json.decode(msgspec.json.encode(request), type=InferRequest)
+    assert isinstance(wire, GenerateRequest)
+    assert wire.params == params
+    engine = generation_request(wire, None, None)
+    assert (engine.presence_penalty, engine.frequency_penalty, engine.logit_bias) == (0.5, -1.0, ((7, 50.0),))
+    body = openai_chat.request_body(endpoint("openai"), remote_call(wire, None))
+    assert (body["presence_penalty"], body["frequency_penalty"], body["logit_bias"]) == (0.5, -1.0, {"7": 50.0})
+    with pytest.raises(RemoteError) as caught:
+        anthropic_messages.request_body(endpoint("anthropic"), remote_call(wire, None))
+    assert caught.value.status == 400
+    assert "'presence_penalty' is not supported" in caught.value.message

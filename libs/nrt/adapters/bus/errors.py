@@ -38,6 +38,7 @@ class Unavailable(RemoteError):
 
 
 INVALID_RESPONSE_FORMAT = "invalid_response_format"  # the error code of a response format that cannot compile
+INVALID_LOGIT_BIAS = "invalid_logit_bias"  # a logit_bias token id outside the model's vocabulary
 
 MODEL_UNAVAILABLE_RETRY_AFTER_S = 5.0  # a lost worker restarts, or placement moves its models, in seconds
 

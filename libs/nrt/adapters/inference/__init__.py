@@ -16,6 +16,7 @@ from nrt.adapters.inference.errors import (
     GeneratorClosedError,
     GrammarError,
     InferenceError,
+    LogitBiasError,
     TemplateError,
 )
 from nrt.adapters.inference.registry import ArtifactRegistry, ArtifactUsage, Tier, TierChange
@@ -58,6 +59,7 @@ __all__ = [
     "GraphSignature",
     "IncrementalDetokenizer",
     "InferenceError",
+    "LogitBiasError",
     "PromptTemplate",
     "SessionStore",
     "SessionUsage",

@@ -119,6 +119,7 @@ class _Ticket:
             item,
             text="".join(chunk.text for chunk in held),
             token_ids=tuple(token for chunk in held for token in chunk.token_ids),
+            logprobs=tuple(entry for chunk in held for entry in chunk.logprobs),
         )
 
 

@@ -43,3 +43,7 @@ class TemplateError(InferenceError):
 
 class GrammarError(InferenceError):
     """A response format (a JSON schema) that the grammar engine cannot compile or follow."""
+
+
+class LogitBiasError(InferenceError):
+    """A ``logit_bias`` token id outside the model's vocabulary."""

@@ -17,10 +17,13 @@ from tokenizers import Tokenizer
 from nrt.adapters.inference.detokenize import IncrementalDetokenizer
 from nrt.adapters.inference.errors import ContextWindowError, InferenceError
 from nrt.adapters.inference.grammar import Constraint
+from nrt.adapters.inference.logprobs import LogprobRecorder
+from nrt.adapters.inference.penalties import LogitAdjustments
 from nrt.adapters.inference.sampling import Sampler
 from nrt.adapters.inference.stops import StopMatcher
 from nrt.adapters.inference.structs import Chunk, FinishReason, GenerationRequest, Timings, Usage
 from nrt.adapters.inference.transcript import Transcript, TranscriptRecorder, encode_prompt
+from nrt.core.protocol import TokenLogprob
 
 
 @dataclass(slots=True, eq=False)
@@ -37,6 +40,9 @@ class Generation:
     tokens: list[int] = field(default_factory=list)  # prompt + generated
     recorder: TranscriptRecorder | None = None  # a session's turn: what its ids spell, for the next turn
     constraint: Constraint | None = None  # the response format's grammar: masks the logits, ends the answer
+    adjustments: LogitAdjustments | None = None  # logit_bias and penalties (None: none asked for)
+    logprobs: LogprobRecorder | None = None  # the client asked for each token's log-probability
+    chosen_logprob: TokenLogprob | None = None  # the last chosen token's, until accept puts it on its chunk
     reused_ids: int = 0  # prompt ids taken from the session's transcript instead of tokenizing
     generated: int = 0
     finish_reason: FinishReason | None = None
@@ -62,13 +68,25 @@ class Generation:
     @property
     def needs_logits(self) -> bool:
         """Its next token needs the whole row of logits on the host (not only the greedy id)."""
-        return not self.sampler.greedy or self.constraint is not None
+        return (
+            not self.sampler.greedy
+            or self.constraint is not None
+            or self.adjustments is not None
+            or self.logprobs is not None
+        )
 
     def choose(self, logits: npt.NDArray[np.floating]) -> int:
-        """The next token from one row of logits, within the response format when there is one."""
+        """The next token from one row of logits: biased and penalized (when asked), then within the
+        response format when there is one."""
+        if self.adjustments is not None:
+            logits = self.adjustments.apply(logits)
+        scored = logits
         if self.constraint is not None:
-            logits = self.constraint.mask(logits)
-        return self.sampler.choose(logits)
+            logits = self.constraint.mask(logits)  # a copy: ``scored`` keeps the model's row
+        token = self.sampler.choose(logits)
+        if self.logprobs is not None:
+            self.chosen_logprob = self.logprobs.entry(scored, token)
+        return token
 
     def accept(self, token: int) -> Chunk:
         """Record the chosen token; return the chunk to stream (final when finished)."""
@@ -78,21 +96,25 @@ class Generation:
         self.t_last = now
         self.generated += 1
         self.tokens.append(token)
+        if self.adjustments is not None:
+            self.adjustments.record(token)
+        logprob, self.chosen_logprob = self.chosen_logprob, None
         if token in self.eos_ids and not self.request.ignore_eos:
-            return self._finish("stop", "", token)
+            return self._finish("stop", "", token)  # the end of the sequence is no token of the text: no logprob
         if self.constraint is not None:
             self.constraint.advance(token)
         piece = self.detok.step(token)
         if self.recorder is not None:
             self.recorder.feed(token, piece)
         text = self.stops.feed(piece)
+        logprobs = (logprob,) if logprob is not None else ()
         if self.stops.stopped or (self.constraint is not None and self.constraint.complete):
-            return self._finish("stop", text, token)
+            return self._finish("stop", text, token, logprobs)
         if self.generated >= self.max_new:
-            return self._finish("length", text, token)
-        return Chunk(text=text, token_ids=(token,))
+            return self._finish("length", text, token, logprobs)
+        return Chunk(text=text, token_ids=(token,), logprobs=logprobs)
 
-    def _finish(self, reason: FinishReason, text: str, token: int) -> Chunk:
+    def _finish(self, reason: FinishReason, text: str, token: int, logprobs: tuple[TokenLogprob, ...] = ()) -> Chunk:
         self.finish_reason = reason
         if not self.stops.stopped:
             tail, hit_stop = self._drain()
@@ -106,6 +128,7 @@ class Generation:
             usage=self.usage(),
             timings=self.timings(),
             stop_sequence=self.stops.matched,
+            logprobs=logprobs,
         )
 
     def _drain(self) -> tuple[str, bool]:
@@ -181,6 +204,8 @@ def start_generation(
         raise InferenceError(f"max_tokens must be at least 1, got {request.max_tokens}")
     if request.temperature < 0 or not 0 < request.top_p <= 1:
         raise InferenceError(f"need temperature >= 0 and 0 < top_p <= 1, got {request.temperature}, {request.top_p}")
+    adjustments = LogitAdjustments(request.logit_bias, request.presence_penalty, request.frequency_penalty)
+    adjustments.check(tokenizer.get_vocab_size(with_added_tokens=True))
     prompt_tokens = len(prompt_ids)
     room = context_length - prompt_tokens
     max_new = request.max_tokens if request.max_tokens is not None else room
@@ -198,4 +223,6 @@ def start_generation(
         recorder=recorder,
         reused_ids=reused,
         constraint=constraint,
+        adjustments=adjustments if adjustments.active else None,
+        logprobs=LogprobRecorder(tokenizer, request.top_logprobs) if request.logprobs else None,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from nrt.core.protocol import FinishReason, ResponseFormat, Timings, Usage
+from nrt.core.protocol import FinishReason, ResponseFormat, Timings, TokenLogprob, Usage
 
 __all__ = ["Chunk", "FinishReason", "GenerationRequest", "Timings", "Usage"]
 
@@ -37,6 +37,12 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     # the tokenizer adds none (no second BOS)
     add_special_tokens: bool = True
     response_format: ResponseFormat | None = None  # constrain the answer to it (None: free text)
+    # OpenAI's adjustments (nrt.adapters.inference.penalties): over the tokens generated in this request
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias)
+    logprobs: bool = False  # each token's log-probability on its chunk (nrt.adapters.inference.logprobs)
+    top_logprobs: int = 0  # and this many alternatives
 
 
 class Chunk(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,3 +57,4 @@ class Chunk(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     timings: Timings | None = None
     stop_sequence: str | None = None  # the stop sequence that ended the answer (finish_reason "stop"), if one did
+    logprobs: tuple[TokenLogprob, ...] = ()  # when asked for: one per token of the text (not the end-of-sequence one)

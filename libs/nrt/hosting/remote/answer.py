@@ -29,6 +29,10 @@ def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
         stop=chosen.stop,
         stream=request.stream,
         response_format=request.params.response_format,
+        presence_penalty=request.params.presence_penalty,
+        frequency_penalty=request.params.frequency_penalty,
+        logit_bias=request.params.logit_bias,
+        logprobs=request.params.logprobs,
     )
 
 

@@ -109,6 +109,19 @@ def finish_reason(stop_reason: str | None) -> FinishReason:
 
 
 def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object]:
+    """The Messages API body; a 400 naming an OpenAI sampling field the Messages API has no equivalent for
+    (sent on rather than dropped)."""
+    for name, value in (
+        ("presence_penalty", call.presence_penalty),
+        ("frequency_penalty", call.frequency_penalty),
+        ("logit_bias", call.logit_bias),
+        ("logprobs", call.logprobs),
+    ):
+        if value:
+            raise BadRequest(
+                f"'{name}' is not supported by this model's Anthropic endpoint; send the request without it",
+                code="unsupported_parameter",
+            )
     system = "\n\n".join(m.content for m in call.messages if m.role == "system")
     body: dict[str, object] = {
         "model": endpoint.model,

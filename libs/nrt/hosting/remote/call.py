@@ -20,6 +20,10 @@ class RemoteCall:
     stop: tuple[str, ...]
     stream: bool
     response_format: ResponseFormat | None = None  # the shape the answer must have (None: free text)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # token ids of the endpoint's own model
+    logprobs: bool = False  # refused by the remote tier: its answer's log-probabilities are not read back
 
 
 @dataclass(frozen=True, slots=True)

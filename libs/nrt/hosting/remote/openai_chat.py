@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.errors import BadRequest, RemoteError
 from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
@@ -74,6 +74,12 @@ def finish_reason(reason: str) -> FinishReason:
 
 
 def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object]:
+    if call.logprobs:
+        raise BadRequest(
+            "'logprobs' is not supported by this model's remote endpoint (NRT does not read them back); "
+            "send the request without it",
+            code="unsupported_parameter",
+        )
     body: dict[str, object] = {
         "model": endpoint.model,
         "messages": [{"role": m.role, "content": m.content} for m in call.messages],
@@ -90,6 +96,12 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         body["stop"] = list(call.stop)
     if call.response_format is not None:
         body["response_format"] = response_format_body(call.response_format)
+    if call.presence_penalty:
+        body["presence_penalty"] = call.presence_penalty
+    if call.frequency_penalty:
+        body["frequency_penalty"] = call.frequency_penalty
+    if call.logit_bias:
+        body["logit_bias"] = {str(token): bias for token, bias in call.logit_bias}
     return body
 
 
