@@ -96,6 +96,7 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str  # the entry model id (routed) or any model id (direct)
     messages: tuple[ChatMessage, ...]
     params: SamplingParams = SamplingParams()
+    prompt: str | None = None  # a completion's raw text (a direct call): the model gets it without a chat template
     session_id: str | None = None
     stream: bool = True  # False: the client waits for the whole answer (see GenerateRequest.stream)
     deadline: float | None = None  # unix time by which the answer must be complete; the worker stops there
@@ -228,9 +229,13 @@ class ClassifyReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
+    """Embed ``texts`` in one batch. ``dimensions``: the length the caller wants (a model that was
+    not Matryoshka-trained refuses any but its own, error code ``invalid_dimensions``)."""
+
     request_id: str
     model_id: str
     texts: tuple[str, ...]
+    dimensions: int | None = None
 
 
 class EmbedReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,6 +243,7 @@ class EmbedReply(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     vectors: list[list[float]]
     latency_ms: float
+    prompt_tokens: int = 0  # tokens the texts came to (after truncation to the model's context)
 
 
 InferRequest = GenerateRequest | ClassifyRequest | EmbedRequest
