@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
@@ -33,7 +34,7 @@ from api_gateway.request_ended import RequestEnded, charge, emit, measure
 from api_gateway.served_endpoints import require_endpoint
 from api_gateway.shaping import Transcript
 from nrt.adapters.bus import rpc, subjects, tracing
-from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.errors import BadRequest, RemoteError
 from nrt.core.events import RequestAdmitted
 from nrt.core.protocol import EmbedReply, EmbedRequest, GenerateChunk, Usage
 
@@ -117,9 +118,7 @@ async def _embed(
     ask = EmbedRequest(request_id=t.request_id, model_id=call.model, texts=call.texts, dimensions=call.dimensions)
     try:
         require_serving(bus.follower.state, call.model)
-        reply = await rpc.request(
-            bus.nc, subjects.infer(call.model), ask, EmbedReply, timeout=cluster_link.settings.request_timeout
-        )
+        reply = await _ask(bus, ask, cluster_link.settings.request_timeout)
     except RemoteError as exc:
         error = ApiError.from_remote(exc)
         error.headers.update(headers)
@@ -128,6 +127,10 @@ async def _embed(
     except BaseException:
         end(ApiError(500, "the request was interrupted", code="internal_error"))
         raise
+    if len(reply.vectors) != len(call.texts):
+        error = ApiError(502, f"{reply.worker_id} sent {len(reply.vectors)} vectors for {len(call.texts)} texts")
+        end(error)
+        raise error
     tokens = reply.prompt_tokens
     usage = Usage(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens, cached_tokens=0)
     last = GenerateChunk(
@@ -146,3 +149,21 @@ async def _embed(
         usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens),
     )
     return Response(body, headers=headers)
+
+
+async def _ask(bus: Bus, ask: EmbedRequest, timeout: float) -> EmbedReply:  # noqa: ASYNC109
+    """The worker's reply to ``ask``, its frames joined (a large batch's vectors come in several)."""
+    subject = subjects.infer(ask.model_id)
+    if len(rpc.encode(ask)) > bus.nc.max_payload:
+        raise BadRequest(
+            f"'input' is too large to send to a worker ({bus.nc.max_payload} bytes at most): split it", code="too_large"
+        )
+    vectors: list[list[float]] = []
+    last: EmbedReply | None = None
+    frames = rpc.stream(bus.nc, subject, ask, EmbedReply, first_timeout=timeout, idle_timeout=timeout)
+    async for frame in frames:
+        vectors.extend(frame.vectors)
+        last = frame
+    if last is None:
+        raise RemoteError("bad_reply", f"{subject} answered no vectors", 502)
+    return msgspec.structs.replace(last, vectors=vectors)

@@ -62,7 +62,7 @@ def document_endpoint_requests(openapi: OpenAPI, max_tokens_limit: int) -> None:
     embed["input"] = _texts(f"a string or 1 to {MAX_INPUTS} strings, none empty; token ids are refused", MAX_INPUTS)
     _document_bounds(embed, EmbeddingRequest)
     embed["user"] = _NULL  # refused: an embedding has no conversation
-    schemas["EmbeddingRequest"].examples = [{"model": "embedder", "input": ["I was charged twice"]}]
+    schemas["EmbeddingRequest"].examples = [{"model": "router", "input": ["I was charged twice"]}]
 
     request = schemas["CompletionRequest"]
     fields = request.properties or {}

@@ -20,7 +20,7 @@ from api_gateway.shaping import Transcript
 from api_gateway.text_completions import closing_chunks, sse
 from harness import FIXTURES
 from nrt.core.manifest import parse_manifest
-from nrt.core.protocol import GenerateChunk, Usage
+from nrt.core.protocol import EmbedReply, GenerateChunk, Usage, embed_frames
 
 
 def embedding(**fields: Any) -> EmbeddingRequest:
@@ -158,3 +158,18 @@ def test_a_streamed_completion_ends_with_its_finish_reason_and_usage() -> None:
     assert usage_only.choices == []
     assert usage_only.usage is not None
     assert usage_only.usage.total_tokens == 5
+
+
+def test_a_reply_larger_than_a_message_is_split_in_order_with_the_totals_last() -> None:
+    vectors = [[float(i)] * 8 for i in range(100)]
+    reply = EmbedReply(model_id="m", worker_id="w", vectors=vectors, latency_ms=5.0, prompt_tokens=300)
+    assert embed_frames(reply, 1 << 20) == [reply]  # it fits: one frame
+    frames = embed_frames(reply, 2048)
+    assert len(frames) > 1
+    assert all(len(msgspec.json.encode(f)) <= 2048 for f in frames)
+    assert [v for f in frames for v in f.vectors] == vectors
+    assert [(f.prompt_tokens, f.latency_ms) for f in frames[:-1]] == [(0, 0.0)] * (len(frames) - 1)
+    assert (frames[-1].prompt_tokens, frames[-1].latency_ms) == (300, 5.0)
+    # worst-case floats still fit
+    wide = EmbedReply(model_id="m", worker_id="w", vectors=[[-1.2345678901234567e-05] * 64] * 50, latency_ms=1.0)
+    assert all(len(msgspec.json.encode(f)) <= 4096 for f in embed_frames(wide, 4096))

@@ -242,3 +242,12 @@ async def test_keys_and_rate_limits_apply_as_for_chat(stack: Stack) -> None:
     with pytest.raises(openai.RateLimitError) as slowed:
         await slow.completions.create(model="billing", prompt="x", max_tokens=1)
     assert "requests per second" in slowed.value.message
+
+
+async def test_a_batch_larger_than_a_nats_message_comes_back_whole_and_in_order(stack: Stack) -> None:
+    texts = [f"order number {i} was charged twice" for i in range(2048)]  # ~1.3 MB of vectors as JSON
+    batch = await stack.client().embeddings.create(model="embedder", input=texts, encoding_format="float")
+    assert [d.index for d in batch.data] == list(range(2048))
+    some = await stack.client().embeddings.create(model="embedder", input=texts[2040:], encoding_format="float")
+    for got, expected in zip(batch.data[2040:], some.data, strict=True):
+        assert max(abs(a - b) for a, b in zip(got.embedding, expected.embedding, strict=True)) < 1e-5
