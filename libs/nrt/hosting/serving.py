@@ -228,8 +228,8 @@ class Serving:
         runtime = self.host.runtime(request.model_id)
         if not isinstance(runtime, Encoder):
             raise BadRequest(
-                f"model '{request.model_id}' is not an encoder; it generates text (chat.completions, completions) "
-                "and cannot embed",
+                f"model '{request.model_id}' is not an encoder; it cannot embed (it generates text: "
+                "chat.completions, completions)",
                 code=NOT_AN_ENCODER,
             )
         if request.dimensions is not None and request.dimensions != runtime.dimension:
