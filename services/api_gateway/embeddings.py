@@ -118,7 +118,9 @@ async def _embed(
     ask = EmbedRequest(request_id=t.request_id, model_id=call.model, texts=call.texts, dimensions=call.dimensions)
     try:
         require_serving(bus.follower.state, call.model)
-        reply = await _ask(bus, ask, cluster_link.settings.request_timeout)
+        settings = cluster_link.settings
+        first = min(settings.first_token_timeout, settings.request_timeout)  # a cold start, the batch's runs
+        reply = await _ask(bus, ask, first, min(settings.idle_timeout, settings.request_timeout))
     except RemoteError as exc:
         error = ApiError.from_remote(exc)
         error.headers.update(headers)
@@ -151,8 +153,9 @@ async def _embed(
     return Response(body, headers=headers)
 
 
-async def _ask(bus: Bus, ask: EmbedRequest, timeout: float) -> EmbedReply:  # noqa: ASYNC109
-    """The worker's reply to ``ask``, its frames joined (a large batch's vectors come in several)."""
+async def _ask(bus: Bus, ask: EmbedRequest, first_timeout: float, idle_timeout: float) -> EmbedReply:
+    """The worker's reply to ``ask``, its frames joined (a large batch's vectors come in several): the first
+    within ``first_timeout``, each next one within ``idle_timeout``; else a 504 naming the subject."""
     subject = subjects.infer(ask.model_id)
     if len(rpc.encode(ask)) > bus.nc.max_payload:
         raise BadRequest(
@@ -160,7 +163,7 @@ async def _ask(bus: Bus, ask: EmbedRequest, timeout: float) -> EmbedReply:  # no
         )
     vectors: list[list[float]] = []
     last: EmbedReply | None = None
-    frames = rpc.stream(bus.nc, subject, ask, EmbedReply, first_timeout=timeout, idle_timeout=timeout)
+    frames = rpc.stream(bus.nc, subject, ask, EmbedReply, first_timeout=first_timeout, idle_timeout=idle_timeout)
     async for frame in frames:
         vectors.extend(frame.vectors)
         last = frame
