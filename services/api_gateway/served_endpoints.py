@@ -3,8 +3,9 @@
 An encoder embeds (``embeddings``); a generative model chats and completes raw text
 (``chat.completions``, ``messages``, ``completions``); a remote model chats only; the entry
 model routes chat whatever it is (and embeds when it is an encoder). A model's kind comes from
-its prepared artifact or the catalogue (``nrt.adapters.manifest_sources.kind_of``); a model this
-gateway's machine cannot tell is taken as generative, and its worker refuses what it cannot do.
+its prepared artifact or the catalogue (``nrt.adapters.manifest_sources.kind_of``). A model this
+gateway's machine cannot tell (a local or Hub source it does not hold) is listed as generative, and
+its requests go to its worker, which refuses what the model cannot do (a 400 naming the model).
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def require_endpoint(manifest: Manifest, version: int, model: str, endpoint: End
             code="model_not_found",
             param="model",
         )
-    endpoints = served(manifest, model)
+    spec = manifest.model(model)
+    entry, kind = model == manifest.routing.entry, model_kind(spec)
+    endpoints = endpoints_of(kind, entry, spec.tier == Tier.REMOTE)
+    if kind is None and not (endpoint == "completions" and entry):
+        return  # this machine cannot tell what the model is: its worker answers, or refuses naming the model
     if endpoint not in endpoints:
         why = " (the entry model routes chat requests)" if model == manifest.routing.entry else ""
         raise ApiError(

@@ -173,3 +173,18 @@ def test_a_reply_larger_than_a_message_is_split_in_order_with_the_totals_last() 
     # worst-case floats still fit
     wide = EmbedReply(model_id="m", worker_id="w", vectors=[[-1.2345678901234567e-05] * 64] * 50, latency_ms=1.0)
     assert all(len(msgspec.json.encode(f)) <= 4096 for f in embed_frames(wide, 4096))
+
+
+def test_a_model_this_machine_cannot_tell_is_left_to_its_worker() -> None:
+    text = (FIXTURES / "tiny-support.yaml").read_text().replace("@TINY_BERT@", "/nonexistent/an-encoder")
+    text = text.replace(
+        "source: catalogue://tiny-llama\n      tier: standby", "source: /nonexistent/x\n      tier: standby"
+    )
+    manifest = parse_manifest(text)
+    require_endpoint(manifest, 1, "technical", "embeddings")  # no 400 here: the worker knows
+    require_endpoint(manifest, 1, "technical", "completions")
+    require_endpoint(manifest, 1, "router", "embeddings")
+    error = refused(lambda: require_endpoint(manifest, 1, "router", "completions"))  # the entry routes chat
+    assert "model 'router' does not serve /v1/completions (the entry model routes chat requests)" in error.message
+    error = refused(lambda: require_endpoint(manifest, 1, "billing", "embeddings"))  # the catalogue says it generates
+    assert error.param == "model"
