@@ -110,6 +110,7 @@ class AdmittedRequest:
             manifest_version=t.manifest_version,
             model=self.call.model,
             messages=self.call.messages,
+            prompt=self.call.prompt,
             params=self.call.params,
             session_id=self.call.session_id,
             stream=self.call.stream,

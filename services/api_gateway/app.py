@@ -2,6 +2,8 @@
 
 - ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic): routed
   (``model`` = the entry model) or direct; JSON or SSE.
+- ``POST /v1/completions`` (a generative model, raw prompt; JSON or SSE) and ``POST /v1/embeddings``
+  (an encoder model), OpenAI's.
 - ``GET /v1/models``, ``GET /v1/cluster``, ``GET /v1/manifest``, ``PUT /v1/manifest`` (admin).
 - ``POST /v1/keys``, ``GET /v1/keys``, ``DELETE /v1/keys/{key_id}`` (admin): API keys.
 - ``GET /v1/events/stream``: the event log, live, as server-sent events (the dashboard's feed).
@@ -33,6 +35,8 @@ from api_gateway.cluster_link import ClusterLink
 from api_gateway.completions import chat_completions
 from api_gateway.contract import asyncapi_document
 from api_gateway.dashboard import ui_router
+from api_gateway.embeddings import create_embeddings
+from api_gateway.endpoint_docs import document_endpoint_requests
 from api_gateway.errors import exception_handlers
 from api_gateway.events_feed import event_stream
 from api_gateway.health import health, healthz, readyz
@@ -41,6 +45,7 @@ from api_gateway.messages import create_message
 from api_gateway.metrics import metrics
 from api_gateway.openapi_docs import document_chat_request, document_messages_request, openapi_config
 from api_gateway.settings import GatewaySettings
+from api_gateway.text_completions import create_completion
 
 log = logging.getLogger("api_gateway")
 
@@ -73,6 +78,8 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
             metrics,
             chat_completions,
             create_message,
+            create_completion,
+            create_embeddings,
             list_models,
             cluster_state,
             manifest_options,  # before the two handlers of its path
@@ -98,4 +105,5 @@ def create_app(settings: GatewaySettings | None = None) -> Litestar:
     app.state.cluster_link = cluster_link
     document_chat_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
     document_messages_request(app.openapi_schema, settings.max_tokens_limit, settings.max_messages)
+    document_endpoint_requests(app.openapi_schema, settings.max_tokens_limit)
     return app

@@ -15,6 +15,7 @@ from api_gateway.cluster_link import ClusterLink
 from api_gateway.errors import ApiError
 from api_gateway.openai_types import ManifestInfo, ModelInfo, ModelList, PlacementInfo, ThresholdInfo
 from api_gateway.openapi_docs import ADMIN_SCHEME, KEYED, ManifestUpload, errors, options_handler
+from api_gateway.served_endpoints import served
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import call
 from nrt.adapters.bus.errors import RemoteError
@@ -67,6 +68,7 @@ def model_infos(manifest: Manifest, state: ClusterState, created: int) -> list[M
                 source=spec.source,
                 description=spec.description,
                 placements=placements,
+                endpoints=list(served(manifest, spec.id)),
                 threshold=threshold_info(manifest, state) if spec.id == manifest.routing.entry else None,
             )
         )

@@ -17,9 +17,23 @@ from litestar.exceptions import (
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from api_gateway.openai_types import ErrorDetail, ErrorResponse
-from nrt.adapters.bus.errors import INVALID_LOGIT_BIAS, INVALID_RESPONSE_FORMAT, RemoteError
+from nrt.adapters.bus.errors import (
+    INVALID_DIMENSIONS,
+    INVALID_LOGIT_BIAS,
+    INVALID_RESPONSE_FORMAT,
+    NOT_AN_ENCODER,
+    RemoteError,
+)
 
 log = logging.getLogger("api_gateway")
+
+# a worker's error codes that are about one request parameter: the 400 names it
+PARAM_OF_CODE = {  # the request field a worker's error frame is about
+    INVALID_RESPONSE_FORMAT: "response_format",
+    INVALID_LOGIT_BIAS: "logit_bias",
+    INVALID_DIMENSIONS: "dimensions",
+    NOT_AN_ENCODER: "model",
+}
 
 _TYPES = {
     400: "invalid_request_error",
@@ -67,7 +81,7 @@ class ApiError(Exception):
         """A bus error frame as an HTTP error: the frame's status passes through (5xx when it is not an error status)."""
         status = error.status if 400 <= error.status <= 599 else 502
         headers = {"Retry-After": retry_after_header(error.retry_after)} if error.retry_after is not None else None
-        param = {INVALID_RESPONSE_FORMAT: "response_format", INVALID_LOGIT_BIAS: "logit_bias"}.get(error.code)
+        param = PARAM_OF_CODE.get(error.code)
         return cls(status, error.message, code=error.code, headers=headers, param=param)
 
     def body(self) -> ErrorResponse:

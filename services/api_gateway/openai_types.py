@@ -277,6 +277,7 @@ class ModelInfo(msgspec.Struct, kw_only=True):
     source: str
     description: str
     placements: list[PlacementInfo]  # where it is loaded now, and at which tier
+    endpoints: list[str]  # the /v1 endpoints it serves: chat.completions, messages, completions, embeddings
     threshold: ThresholdInfo | None = None  # the entry model only
 
 

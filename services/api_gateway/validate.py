@@ -32,6 +32,7 @@ class ChatCall(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool
     include_usage: bool
     session_id: str | None
+    prompt: str | None = None  # a completion (``/v1/completions``): the raw text, instead of messages
 
 
 def validate_chat(

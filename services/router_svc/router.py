@@ -217,6 +217,7 @@ class Router:
             model_id=target,
             manifest_version=request.manifest_version,
             messages=request.messages,
+            prompt=request.prompt,
             params=request.params,
             session_id=request.session_id,
             stream=request.stream,

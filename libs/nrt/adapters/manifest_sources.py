@@ -8,6 +8,7 @@ until a manifest actually needs a footprint.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from nrt.core.manifest import Manifest, Problem
 from nrt.core.manifest.parse import model_key_paths
@@ -107,3 +108,31 @@ def check_sources(manifest: Manifest) -> tuple[list[Problem], list[str]]:
             key = (*path, "source")
             problems.append(Problem(render_path(key), str(exc), lines.line(key)))
     return problems, pending
+
+
+def kind_of(source: str, remote: bool = False) -> Literal["causal-lm", "encoder"] | None:
+    """What a model from ``source`` is: an ``encoder`` (it embeds) or a ``causal-lm`` (it generates, as every
+    ``remote`` model does); None when this machine cannot tell (a source not prepared or not resolvable here)."""
+    from nrt.adapters.catalogue import CatalogueSource, LocatedArtifact, SourceError, get_entry, host_provider, locate
+    from nrt.adapters.catalogue.locate import CheckpointNotPrepared
+    from nrt.adapters.catalogue.sources import resolve_source
+    from nrt.adapters.inference.artifact import read_record
+    from nrt.adapters.inference.errors import ArtifactError
+
+    if remote:
+        return "causal-lm"
+    try:
+        resolved = resolve_source(source)
+        if isinstance(resolved, CatalogueSource):
+            return get_entry(resolved.name).kind
+        located = locate(source, host_provider())
+    except CheckpointNotPrepared as missing:
+        return missing.checkpoint.kind
+    except (SourceError, KeyError, ArtifactError):
+        return None
+    if not isinstance(located, LocatedArtifact):
+        return "causal-lm"  # an OpenAI-compatible or Anthropic endpoint
+    try:
+        return read_record(located.directory).kind
+    except ArtifactError:
+        return None

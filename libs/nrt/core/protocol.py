@@ -117,6 +117,7 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str  # the entry model id (routed) or any model id (direct)
     messages: tuple[ChatMessage, ...]
     params: SamplingParams = SamplingParams()
+    prompt: str | None = None  # a completion's raw text (a direct call): the model gets it without a chat template
     session_id: str | None = None
     stream: bool = True  # False: the client waits for the whole answer (see GenerateRequest.stream)
     deadline: float | None = None  # unix time by which the answer must be complete; the worker stops there
@@ -250,16 +251,39 @@ class ClassifyReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
+    """Embed ``texts`` in one batch. ``dimensions``: the length the caller wants (a model that was
+    not Matryoshka-trained refuses any but its own, error code ``invalid_dimensions``)."""
+
     request_id: str
     model_id: str
     texts: tuple[str, ...]
+    dimensions: int | None = None
 
 
 class EmbedReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The vectors of an ``EmbedRequest``'s texts, in order. A reply larger than a NATS message may be
+    is streamed as several, each with the next vectors (``embed_frames``); the last has the totals."""
+
     model_id: str
     worker_id: str
     vectors: list[list[float]]
     latency_ms: float
+    prompt_tokens: int = 0  # tokens the texts came to (after truncation to the model's context)
+
+
+FLOAT_JSON_BYTES = 26  # the most a float32 takes as JSON text, with its comma ("-1.2345678901234567e-05,")
+
+
+def embed_frames(reply: EmbedReply, max_bytes: int) -> list[EmbedReply]:
+    """``reply`` as frames of at most about ``max_bytes`` each, in order, the totals on the last
+    (one frame when it fits). Each frame holds at least one vector."""
+    width = max((len(v) for v in reply.vectors), default=0) * FLOAT_JSON_BYTES + 2
+    rows = max(1, (max_bytes - 512) // max(width, 1))
+    if len(reply.vectors) <= rows:
+        return [reply]
+    parts = [reply.vectors[i : i + rows] for i in range(0, len(reply.vectors), rows)]
+    frames = [msgspec.structs.replace(reply, vectors=part, latency_ms=0.0, prompt_tokens=0) for part in parts[:-1]]
+    return [*frames, msgspec.structs.replace(reply, vectors=parts[-1])]
 
 
 InferRequest = GenerateRequest | ClassifyRequest | EmbedRequest

@@ -47,8 +47,10 @@ def generation_request(
     request: GenerateRequest, spec: ModelSpec | None, session_key: str | None, own: ChatTemplate | None = None
 ) -> GenerationRequest:
     """The engine request: the prompt rendered (``own``: the model's own chat template), client params
-    over the manifest's defaults."""
+    over the manifest's defaults. A raw prompt (a completion) goes to the model as it is: no template,
+    none of its stop sequences, the tokenizer's special tokens (a BOS) added."""
     template = template_for(spec, own)
+    raw = request.prompt is not None
     prompt = request.prompt if request.prompt is not None else template.render(request.messages)
     params = request.params
     chosen = requested_generation(params, spec)
@@ -59,11 +61,11 @@ def generation_request(
         top_p=chosen.top_p,
         top_k=params.top_k or 0,
         seed=params.seed,
-        stop=tuple(dict.fromkeys((*chosen.stop, *template.stop))),
+        stop=tuple(dict.fromkeys((*chosen.stop, *(() if raw else template.stop)))),
         session_id=session_key,
         request_id=request.request_id,
         stream=request.stream,
-        add_special_tokens=not isinstance(template, ChatTemplate),  # a chat template writes its own
+        add_special_tokens=raw or not isinstance(template, ChatTemplate),  # a chat template writes its own
         response_format=params.response_format,
         presence_penalty=params.presence_penalty,
         frequency_penalty=params.frequency_penalty,

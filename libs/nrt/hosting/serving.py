@@ -17,7 +17,14 @@ from typing import Protocol
 
 import msgspec
 
-from nrt.adapters.bus.errors import INVALID_LOGIT_BIAS, INVALID_RESPONSE_FORMAT, BadRequest, RemoteError
+from nrt.adapters.bus.errors import (
+    INVALID_DIMENSIONS,
+    INVALID_LOGIT_BIAS,
+    INVALID_RESPONSE_FORMAT,
+    NOT_AN_ENCODER,
+    BadRequest,
+    RemoteError,
+)
 from nrt.adapters.inference import (
     BatchingGenerator,
     ContextWindowError,
@@ -231,12 +238,24 @@ class Serving:
         await self.residency.ensure_resident(request.model_id, Reason.ON_DEMAND, cold_start=True)
         runtime = self.host.runtime(request.model_id)
         if not isinstance(runtime, Encoder):
-            raise BadRequest(f"model '{request.model_id}' is not an encoder; it cannot embed")
+            raise BadRequest(
+                f"model '{request.model_id}' is not an encoder; it cannot embed (it generates text: "
+                "chat.completions, completions)",
+                code=NOT_AN_ENCODER,
+            )
+        if request.dimensions is not None and request.dimensions != runtime.dimension:
+            raise BadRequest(
+                f"'dimensions' {request.dimensions} cannot be served by model '{request.model_id}': it was not "
+                f"Matryoshka-trained, so its vectors have {runtime.dimension} dimensions and cannot be shortened; "
+                "leave 'dimensions' out",
+                code=INVALID_DIMENSIONS,
+            )
         started = time.perf_counter()
-        vectors = await asyncio.to_thread(runtime.embed, list(request.texts))
+        vectors, tokens = await asyncio.to_thread(runtime.embed_counted, list(request.texts))
         return EmbedReply(
             model_id=request.model_id,
             worker_id=self.worker_id,
             vectors=vectors.tolist(),
             latency_ms=(time.perf_counter() - started) * 1e3,
+            prompt_tokens=tokens,
         )

@@ -52,6 +52,7 @@ from nrt.core.protocol import (
     PromoteModel,
     PromoteResult,
     WorkerHeartbeat,
+    embed_frames,
 )
 from nrt.core.vocabulary import Reason, WorkerRole
 from nrt.hosting.artifact_share import ArtifactShare
@@ -225,7 +226,9 @@ class Worker:
             elif isinstance(request, ClassifyRequest):
                 await inbox.send(await self.serving.classify(request), last=True)
             elif isinstance(request, EmbedRequest):
-                await inbox.send(await self.serving.embed(request), last=True)
+                frames = embed_frames(await self.serving.embed(request), self.nc.max_payload)
+                for i, frame in enumerate(frames):  # a large batch's vectors take several messages
+                    await inbox.send(frame, last=i == len(frames) - 1)
 
     async def _on_cancel(self, msg: Msg) -> None:
         try:

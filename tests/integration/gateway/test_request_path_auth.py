@@ -49,3 +49,18 @@ async def _subjects_in_stream(nc: Client) -> set[str]:
     js = nc.jetstream()
     info = await js.stream_info(subjects.EVENTS_STREAM)
     return {(await js.get_msg(subjects.EVENTS_STREAM, seq)).subject for seq in range(1, info.state.messages + 1)}
+
+
+async def test_embeddings_and_completions_pass_the_bus_permissions(
+    secure_nats_url: str, bus_keys: Path, nrt_home: Path
+) -> None:
+    """The gateway asks the entry encoder's subject for embeddings itself (``nrt.infer.*``, its permission)
+    and sends a completion through router_svc, each service as itself."""
+    async with start_stack(secure_nats_url, "tiny-support.yaml", keys=bus_keys) as stack:
+        client = stack.client()
+        vectors = await client.embeddings.create(model="router", input=[BILLING, "hello"], encoding_format="float")
+        assert len(vectors.data) == 2
+        assert vectors.usage.prompt_tokens > 0
+        completion = await client.completions.create(model="billing", prompt="Once upon a time", max_tokens=3)
+        assert completion.usage is not None
+        assert completion.usage.completion_tokens > 0

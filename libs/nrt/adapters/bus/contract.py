@@ -116,12 +116,13 @@ CHANNELS: tuple[Channel, ...] = (
         address="nrt.infer.{model_id}",
         payload=InferRequest,
         reply=InboxFrame | ClassifyReply | EmbedReply,
-        publishers=("router_svc",),
+        publishers=("router_svc", "api_gateway"),
         subscribers=("specialist_worker", "router_svc"),
         summary=(
             "Inference on one model: generate streams GenerateChunk frames to the reply subject (the gateway's "
-            "inbox); classify answers a ClassifyReply, embed an EmbedReply. router_svc serves the entry model's "
-            "subject (it hosts that model) and classifies routed requests in its own process."
+            "inbox); classify answers a ClassifyReply, embed an EmbedReply (the gateway asks it for "
+            "/v1/embeddings). router_svc serves the entry model's subject (it hosts that model) and classifies "
+            "routed requests in its own process."
         ),
         transport="raw",
         queue=subjects.INFER_QUEUE,

@@ -39,6 +39,8 @@ class Unavailable(RemoteError):
 
 INVALID_RESPONSE_FORMAT = "invalid_response_format"  # the error code of a response format that cannot compile
 INVALID_LOGIT_BIAS = "invalid_logit_bias"  # a logit_bias token id outside the model's vocabulary
+INVALID_DIMENSIONS = "invalid_dimensions"  # an embedding length the model cannot give
+NOT_AN_ENCODER = "not_an_encoder"  # an embed request for a model that generates
 
 MODEL_UNAVAILABLE_RETRY_AFTER_S = 5.0  # a lost worker restarts, or placement moves its models, in seconds
 

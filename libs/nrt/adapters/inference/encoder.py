@@ -65,12 +65,16 @@ class Encoder:
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
         """Normalized mean-pooled embeddings, one row per text, in input order."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = [self._embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
-        return np.concatenate(parts, axis=0)
+        return self.embed_counted(texts)[0]
 
-    def _embed_batch(self, texts: Sequence[str]) -> FloatArray:
+    def embed_counted(self, texts: Sequence[str]) -> tuple[FloatArray, int]:
+        """``embed(texts)`` and the tokens the texts came to (special tokens included, after truncation)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32), 0
+        parts = [self._embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate([vectors for vectors, _ in parts], axis=0), sum(tokens for _, tokens in parts)
+
+    def _embed_batch(self, texts: Sequence[str]) -> tuple[FloatArray, int]:
         encodings = self.tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -83,4 +87,4 @@ class Encoder:
         pooled = summed / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         out: FloatArray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
-        return out
+        return out, int(mask.sum())
