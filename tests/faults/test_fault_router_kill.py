@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fault_kit import Outcome, Traffic, report, request_events, served
+from fault_kit import Outcome, Traffic, report, request_events, routings, served
 from multi_stack import multi_stack
 from nrt.adapters.store import EventStore
 from nrt.core.events import RequestRouted
@@ -93,7 +93,8 @@ async def test_two_gateways_two_routers_and_a_router_killed_under_traffic(
         assert counts["RequestCompleted"] + counts["RequestFailed"] == 1, (request_id, counts, outcome)
         if served(outcome):
             assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
-            assert counts["RequestRouted"] == 1, (request_id, counts, outcome)
+            # routed once: a request the killed router_svc held was never routed by it, only by its retry's
+            assert routings(counts) == 1, (request_id, counts, outcome)
         else:
             assert counts["RequestFailed"] == 1, (request_id, counts, outcome)
     # both router_svc routed before the kill; after it, only the one left (or the killed one's restart)
