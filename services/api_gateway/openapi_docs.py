@@ -28,8 +28,10 @@ from litestar.openapi.spec import (
 )
 from litestar.openapi.spec.operation import Operation
 
+from api_gateway import anthropic_types, endpoint_types, openai_types
 from api_gateway.anthropic_types import MessagesRequest
 from api_gateway.bounds import MAX_TOKENS, bound_of
+from api_gateway.fields import ANTHROPIC_REFUSED, OPENAI_REFUSED
 from api_gateway.openai_types import ChatCompletionRequest, ErrorResponse
 from api_gateway.response_format import NAME, OPENAI_TYPES
 from api_gateway.validate import MAX_STOP, ROLES, SESSION_HEADER, SESSION_PATTERN
@@ -153,14 +155,37 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
         elif option.type == OpenAPIType.ARRAY:
             option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
     fields["user"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
-    for name in ("tools", "functions"):  # no model here calls client tools
-        _value(fields[name]).max_items = 0
+    _document_refused(fields, OPENAI_REFUSED)
+    _document_closed(schemas)
     _document_response_format(schemas)
+    # top_logprobs (other than 0) comes with logprobs: true
+    request.any_of = [
+        Schema(properties={"top_logprobs": Schema(enum=[None, 0])}),
+        Schema(required=["logprobs"], properties={"logprobs": Schema(const=True)}),
+    ]
+    fields["logit_bias"] = Schema(
+        one_of=[
+            _NULL,
+            Schema(
+                type=OpenAPIType.OBJECT,
+                property_names=Schema(type=OpenAPIType.STRING, pattern="^[0-9]+$"),
+                additional_properties=Schema(type=OpenAPIType.NUMBER, minimum=-100, maximum=100),
+            ),
+        ],
+        description="token id (as a string) -> a bias in [-100, 100] added to its logit; ids past the model's "
+        "vocabulary are a 400",
+    )
+    stream_options = schemas["StreamOptions"].properties or {}
+    stream_options["include_obfuscation"] = Schema(enum=[None, False], description="NRT pads no stream events")
     request.examples = [
         {"model": "router", "messages": [{"role": "user", "content": "I was charged twice"}], "max_tokens": 8}
     ]
     roles = message.properties or {}
     _value(roles["role"]).enum = list(ROLES)
+    # an earlier turn's tool calls and audio are refused: no model here calls client tools or speaks audio
+    roles["tool_calls"] = Schema(one_of=[_NULL, Schema(type=OpenAPIType.ARRAY, max_items=0)])
+    for name in ("function_call", "audio"):
+        roles[name] = _NULL
     # content may be left out (or null) by the assistant only
     message.any_of = [
         Schema(properties={"role": Schema(const="assistant")}),
@@ -183,7 +208,11 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     _document_bounds(fields, MessagesRequest)
     stop = _value(fields["stop_sequences"])
     stop.max_items, stop.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
-    _value(fields["tools"]).max_items = 0  # no model here calls client tools
+    _document_refused(fields, ANTHROPIC_REFUSED)
+    _document_closed(schemas)
+    (schemas["OutputConfig"].properties or {})["effort"] = Schema(
+        type=OpenAPIType.NULL, description="refused: the models of this cluster are not reasoning models"
+    )
     output_format = schemas["OutputFormat"]
     output_format.required = ["schema", "type"]
     formats = output_format.properties or {}
@@ -199,6 +228,26 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     blocks = block.properties or {}
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
+
+
+_NULL = Schema(type=OpenAPIType.NULL)
+
+
+def _document_refused(fields: dict[str, Schema | Reference], table: dict[str, tuple[tuple[object, ...], str]]) -> None:
+    """A field NRT refuses (``api_gateway.fields``) allows only null or the values that ask for nothing it cannot do."""
+    for name, (harmless, why) in table.items():
+        fields[name] = Schema(
+            enum=[None, *harmless], description=f"refused unless absent or one of the values listed: {why}"
+        )
+
+
+def _document_closed(schemas: dict[str, Schema]) -> None:
+    """The request types whose decoding refuses a field they do not declare (a 400 ``unknown_parameter``) say so."""
+    for module in (openai_types, anthropic_types, endpoint_types):
+        for kind in vars(module).values():
+            closed = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+            if closed and kind.__struct_config__.forbid_unknown_fields and kind.__name__ in schemas:
+                schemas[kind.__name__].additional_properties = False
 
 
 _JSON_SCHEMA = Schema(

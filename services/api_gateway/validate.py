@@ -98,11 +98,11 @@ def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
                 param=f"messages[{i}].role",
             )
         for field, value in (
-            ("tool_calls", message.tool_calls),
+            ("tool_calls", message.tool_calls or None),  # an empty list asks for nothing
             ("function_call", message.function_call),
             ("audio", message.audio),
         ):
-            if value:
+            if value is not None:
                 raise ApiError(
                     400,
                     f"messages[{i}].{field} is not supported: no model of this cluster calls client tools or "
