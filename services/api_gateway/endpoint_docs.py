@@ -12,8 +12,7 @@ from litestar.openapi.spec.operation import Operation
 
 from api_gateway.endpoint_types import CompletionRequest, EmbeddingRequest
 from api_gateway.endpoint_validate import MAX_INPUTS, MAX_PROMPTS
-from api_gateway.openapi_docs import _document_bounds, _document_max_tokens, _value
-from api_gateway.validate import MAX_STOP
+from api_gateway.openapi_docs import _document_bounds, _document_max_tokens, _document_stop, _value
 
 COMPLETION_SSE_EVENT = Schema(
     type=OpenAPIType.OBJECT,
@@ -78,15 +77,7 @@ def document_endpoint_requests(openapi: OpenAPI, max_tokens_limit: int) -> None:
     _document_max_tokens(_value(fields["max_tokens"]), max_tokens_limit)
     _document_bounds(fields, CompletionRequest)
     _value(fields["n"]).const = 1
-    stop = fields["stop"]
-    assert isinstance(stop, Schema)
-    assert stop.one_of is not None
-    for option in stop.one_of:
-        assert isinstance(option, Schema)
-        if option.type == OpenAPIType.STRING:
-            option.min_length = 1
-        elif option.type == OpenAPIType.ARRAY:
-            option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
+    _document_stop(fields["stop"])
     refused = "refused (400) unless left out or neutral"
     fields["echo"] = _only(Schema(const=False), refused)
     fields["suffix"] = _only(Schema(const=""), refused)

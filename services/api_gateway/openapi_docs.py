@@ -114,6 +114,18 @@ def _document_conversation(fields: dict[str, Schema | Reference], max_messages: 
     messages.description = f"1 to {max_messages} messages, at least one from the user"
 
 
+def _document_stop(stop: Schema | Reference) -> None:
+    """``stop``: a non-empty string, or a list of at most ``MAX_STOP`` non-empty strings."""
+    assert isinstance(stop, Schema)
+    assert stop.one_of is not None
+    for option in stop.one_of:
+        assert isinstance(option, Schema)
+        if option.type == OpenAPIType.STRING:
+            option.min_length = 1
+        elif option.type == OpenAPIType.ARRAY:
+            option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
+
+
 def _document_max_tokens(field: Schema, limit: int) -> None:
     """``max_tokens``: its upper limit is the gateway's setting."""
     field.minimum, field.maximum = MAX_TOKENS.ge, limit
@@ -145,15 +157,7 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
         _document_max_tokens(_value(fields[name]), max_tokens_limit)
     _document_bounds(fields, ChatCompletionRequest)
     _value(fields["n"]).const = 1
-    stop = fields["stop"]
-    assert isinstance(stop, Schema)
-    assert stop.one_of is not None
-    for option in stop.one_of:
-        assert isinstance(option, Schema)
-        if option.type == OpenAPIType.STRING:
-            option.min_length = 1
-        elif option.type == OpenAPIType.ARRAY:
-            option.max_items, option.items = MAX_STOP, Schema(type=OpenAPIType.STRING, min_length=1)
+    _document_stop(fields["stop"])
     fields["user"] = Schema(one_of=[SESSION, Schema(type=OpenAPIType.NULL)], description=SESSION.description)
     _document_refused(fields, OPENAI_REFUSED)
     _document_closed(schemas)
