@@ -31,15 +31,6 @@ from nrt.testing.stacks import tiny_manifest
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.skipif(unavailable() is not None, reason=f"simulated hosts: {unavailable()}"),
-    # A known bug this test found, not yet mended: when the NATS node a gateway is connected to dies, a request's
-    # RequestAdmitted still unacknowledged there is sent again after the request's RequestFailed (bus_lost) went
-    # through another node, so the stream holds the end before the start and the fold keeps the request in flight
-    # (seen in 1 of 6 runs). The emitter must hold a stream's next event until the one before it is acknowledged.
-    pytest.mark.xfail(
-        reason="known: a request's end can overtake its unacknowledged start when its gateway's NATS node dies",
-        raises=AssertionError,
-        strict=False,
-    ),
 ]
 
 TRAFFIC_S = 6.0  # of traffic before each fault, and at least as long after it
