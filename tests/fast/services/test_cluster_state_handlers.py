@@ -8,11 +8,13 @@ same paths are in test_with_worker.py.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
+from msgspec.structs import replace
 
 from cluster_helpers import GB, applied, beat, joined, manifest, manifest_text, placed, router_host, view
 from cluster_state.controller import Controller
@@ -24,6 +26,7 @@ from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.store import InMemoryEventStore
 from nrt.core.events import Event, TierChanged
 from nrt.core.policies import ControlState
+from nrt.core.policies.model import Pending, pending_key
 from nrt.core.protocol import (
     ApplyManifest,
     ApplyResult,
@@ -96,6 +99,36 @@ async def test_promote_demotes_the_least_recently_used_resident_on_the_worker_fi
     assert [c.model_id for c in demotions] == list(result.demoted)
     assert len(demotions) == 1
     assert demotions[0].model_id in ("billing", "technical")  # never the critical router
+    assert (result.model_id, result.worker_id) == ("legal", "w1")
+
+
+async def test_promote_waits_for_a_change_of_the_model_in_flight_then_promotes_it(memory: NatsBroker) -> None:
+    # legal's load to standby has been answered, but its TierChanged is not folded yet: a promotion asked now must
+    # not wait for a resident tier nobody would bring; once the load settles, it is decided again
+    controller = controller_on(memory)
+    now = datetime.now(UTC)
+    loading = Pending(
+        key=pending_key("legal", "w1"),
+        kind="tier",
+        worker_id="w1",
+        model_id="legal",
+        tier=Tier.STANDBY,
+        sent_at=now,
+        expires_at=now + timedelta(seconds=30),
+        replied=True,
+    )
+    controller.state = replace(controller.state, pending={loading.key: loading})
+    await serve_promote(memory, controller)
+    received = await fake_worker(memory)
+    asked = asyncio.create_task(
+        bus.call(memory, subjects.PROMOTE, PromoteModel(model_id="legal"), PromoteResult, timeout=10)
+    )
+    await asyncio.sleep(0.4)
+    assert received == []
+    assert not asked.done()
+    controller.state = replace(controller.state, pending={})  # the load's end is folded
+    result = await asyncio.wait_for(asked, 5)
+    assert [(c.action, c.model_id) for c in received] == [("promote", "legal")]
     assert (result.model_id, result.worker_id) == ("legal", "w1")
 
 
