@@ -1,5 +1,5 @@
-"""The emitter's order: a stream's events go one at a time, in the order emitted, each once the one before it is
-stored (so one sent again is never overtaken); other streams' events are not held. JetStream is a stand-in here whose
+"""The emitter's backlog: once an event of a stream must be sent again, that stream's events go one at a time, in
+the order emitted, until all are stored; other streams' events are not held. JetStream is a stand-in here whose
 acknowledgements the test gives or refuses (the same on real NATS: tests/integration/bus/test_emitter_order.py)."""
 
 from __future__ import annotations
@@ -57,27 +57,6 @@ def completed(request_id: str) -> RequestCompleted:
     )
 
 
-async def test_a_streams_next_event_waits_until_the_one_before_it_is_stored() -> None:
-    js = StandInJetStream()
-    emitter = EventEmitter(StandInClient(js), max_retry_s=0.01)  # type: ignore[arg-type]
-    await emitter.start()
-    admitted: Event = RequestAdmitted(request_id="r", manifest_version=1, model_id="router")
-    ended: Event = completed("r")
-    other: Event = RequestAdmitted(request_id="other", manifest_version=1, model_id="router")
-    for event in (admitted, ended, other):
-        emitter.emit(event)
-    assert await js.next_send(2) == [admitted.event_id, other.event_id]  # other streams' events are pipelined
-    await asyncio.sleep(0.05)
-    assert len(js.sent) == 2  # the request's end waits for its start's acknowledgement, all going well
-    js.answer(0, stored=True)
-    assert (await js.next_send(3))[2] == ended.event_id
-    js.answer(1, stored=True)
-    js.answer(2, stored=True)
-    await emitter.flush(within=5)
-    assert (emitter.sent, emitter.lost, emitter.retried) == (3, 0, 0)
-    await emitter.close()
-
-
 async def test_a_refused_event_holds_its_requests_later_events_until_it_is_stored() -> None:
     js = StandInJetStream()
     emitter = EventEmitter(StandInClient(js), max_retry_s=0.01)  # type: ignore[arg-type]
@@ -88,25 +67,26 @@ async def test_a_refused_event_holds_its_requests_later_events_until_it_is_store
     a, c, x = admitted.event_id, ended.event_id, other.event_id
     for event in (admitted, ended, other):
         emitter.emit(event)
-    assert await js.next_send(2) == [a, x]
-    js.answer(0, stored=False)  # the request's first event refused (its server died, or no leader)...
-    js.answer(1, stored=True)  # another request's: stored, not held
-    assert await js.next_send(3) == [a, x, a]  # ...sent again before the request's end
+    assert await js.next_send(3) == [a, c, x]  # pipelined while all goes well
+    js.answer(0, stored=False)  # the request's first event refused...
+    js.answer(1, stored=False)  # ...and the one sent right after it
+    js.answer(2, stored=True)  # another request's: stored, not held
+    assert await js.next_send(4) == [a, c, x, a]  # the request's events now go one at a time: its first first
     later: Event = completed("other")
     emitter.emit(later)  # another request's event goes at once
-    assert (await js.next_send(4))[3] == later.event_id
-    js.answer(3, stored=True)
-    js.answer(2, stored=False)  # refused again: still first
-    assert (await js.next_send(5))[4] == a
-    await asyncio.sleep(0.05)
-    assert len(js.sent) == 5  # the request's RequestCompleted waits while its RequestAdmitted is not stored
+    assert (await js.next_send(5))[4] == later.event_id
     js.answer(4, stored=True)
-    assert (await js.next_send(6))[5] == c  # then it goes
+    js.answer(3, stored=False)  # refused again: still first
+    assert (await js.next_send(6))[5] == a
+    await asyncio.sleep(0.05)
+    assert len(js.sent) == 6  # the request's RequestCompleted waits while its RequestAdmitted is not stored
     js.answer(5, stored=True)
+    assert (await js.next_send(7))[6] == c  # then it goes
+    js.answer(6, stored=True)
     await emitter.flush(within=5)
     stored = [event_id for event_id, future in js.sent if not future.exception()]
     assert stored == [x, later.event_id, a, c]
-    assert (emitter.sent, emitter.lost, emitter.retried) == (4, 0, 2)
+    assert (emitter.sent, emitter.lost, emitter.retried) == (4, 0, 3)
     await emitter.close()
 
 

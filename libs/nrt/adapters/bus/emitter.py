@@ -8,14 +8,11 @@ the message id, so a re-sent event is stored once. ``flush`` and ``close`` wait 
 queue and the outstanding acknowledgements; an event that is not acknowledged within
 ``ack_timeout`` is logged and counted as lost, never silently dropped.
 
-A stream's events (a request's, a worker's...) go one at a time: its next event is sent once the one
-before it is acknowledged, so one that must be sent again (the stream did not store it: no leader for a
-moment while a NATS cluster elects one, its NATS server died before acknowledging it, or no
-acknowledgement in time) is never overtaken by a later one sent through another server. A request's
-RequestCompleted is never stored before its RequestAdmitted, whose fold would then leave the request in
-flight for ever. The events of different streams are pipelined; a stream's events wait in its backlog,
-in the order they were emitted, only while one of them is on its way (a request's events are emitted
-far apart, so its backlog is rarely more than empty).
+An event that must be sent again (the stream did not store it: no leader for a moment while a NATS cluster
+elects one, or no acknowledgement in time) puts its stream (its request, its worker...) in a backlog: from
+then on that stream's events go one at a time, in the order they were emitted, until the backlog is
+empty. A request's RequestCompleted is never stored before its RequestAdmitted, whose fold would then
+leave the request in flight for ever; the events of other streams go on meanwhile.
 
 With an :class:`~nrt.adapters.bus.outbox.Outbox`, ``emit`` first appends the event to it (one write,
 no wait), and the acknowledgement settles it: a process killed right after a request keeps
@@ -65,8 +62,7 @@ class EventEmitter:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(max_queued)
         self._pending: dict[asyncio.Future[PubAck], tuple[_Item, float]] = {}
         self._outstanding = 0  # emitted, not yet acknowledged or lost
-        self._backlogs: dict[str, _Backlog] = {}  # stream id -> its events waiting for the one on its way
-        self._on_its_way: dict[str, str] = {}  # stream id -> the event sent at once, not acknowledged yet
+        self._backlogs: dict[str, _Backlog] = {}  # stream id -> its events since one had to be sent again
         self._order = itertools.count()  # emission order
         self._idle = asyncio.Event()
         self._idle.set()
@@ -94,8 +90,6 @@ class EventEmitter:
                 log.error("could not keep %s %s in the outbox: %s", event.type, event.event_id, exc)
         item = _Item(event, data, headers, order=next(self._order))
         backlog = self._backlogs.get(item.stream)
-        if backlog is None and item.stream in self._on_its_way:  # the event before it is not acknowledged yet
-            backlog = self._backlogs[item.stream] = _Backlog(sending=self._on_its_way[item.stream], busy=True)
         if backlog is not None:  # its stream sends one event at a time, in order: this one waits its turn
             backlog.add(item)
             self._outstanding += 1
@@ -103,7 +97,6 @@ class EventEmitter:
             return
         try:
             self._queue.put_nowait(item)
-            self._on_its_way[item.stream] = item.event.event_id
             self._outstanding += 1
             self._idle.clear()
         except asyncio.QueueFull:
@@ -113,7 +106,6 @@ class EventEmitter:
     def _again(self, item: _Item, why: str) -> None:
         """Send ``item`` again after its back-off; it stays outstanding (and in the outbox) until stored, and its
         stream's events go one at a time, in order, from now until all are stored."""
-        self._arrived(item)
         self.retried += 1
         delay = min(self.max_retry_s, 0.5 * 2**item.attempt)
         level = logging.WARNING if item.attempt == 0 else logging.DEBUG
@@ -151,11 +143,6 @@ class EventEmitter:
             log.error("event queue full: dropped %s %s", item.event.type, item.event.event_id)
             self._done(item)
             self._settle()
-
-    def _arrived(self, item: _Item) -> None:
-        """``item``, sent at once, is stored or must be sent again: its stream's backlog takes over."""
-        if self._on_its_way.get(item.stream) == item.event.event_id:
-            del self._on_its_way[item.stream]
 
     def _done(self, item: _Item) -> None:
         """``item`` is stored (or lost): the next event of its stream's backlog goes, or the backlog ends."""
@@ -220,7 +207,6 @@ class EventEmitter:
         self.sent += 1
         if self.outbox is not None:
             self.outbox.settle(item.event.event_id)
-        self._arrived(item)
         self._done(item)
         self._settle()
 
@@ -254,9 +240,8 @@ class _Item:
 
 @dataclass(slots=True)
 class _Backlog:
-    """A stream's events waiting their turn, in the order emitted; one at a time is on its way (``sending``: the
-    first, or the event sent at once before the backlog began) or waits for its back-off (``busy`` in both
-    cases)."""
+    """A stream's events not stored yet since one of them had to be sent again, in the order emitted; one at a
+    time is on its way (``sending``), the first, or waits for its back-off (``busy`` in both cases)."""
 
     items: list[_Item] = field(default_factory=list)
     sending: str | None = None
