@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 
 import msgspec
@@ -15,6 +16,7 @@ from nrt.core.events import (
     RequestAdmitted,
     RequestCompleted,
     RequestDispatched,
+    RequestFailed,
     RequestRouted,
     RouterFired,
     SessionKvEvicted,
@@ -147,6 +149,36 @@ def test_tiers_sessions_and_requests_fold_as_expected() -> None:
     assert end.workers["w1"].alive is False
     assert end.sessions == {}
     assert mid.sessions["s1"].kv_bytes == 4096  # the earlier state is untouched
+
+
+def test_a_requests_end_folded_before_its_start_leaves_it_out_of_flight() -> None:
+    # A gateway's NATS server died before acknowledging RequestAdmitted: the gateway sent it again after the request's
+    # RequestFailed had gone through another server, and the stream holds the end first. The request is not in flight.
+    failed = RequestFailed(
+        occurred_at=T0, request_id="r1", manifest_version=1, code="bus_lost", message="gone", status=503
+    )
+    admitted = RequestAdmitted(occurred_at=T0, request_id="r1", manifest_version=1, model_id="router", gateway_id="g1")
+    ended_first = fold([failed])
+    assert ended_first.ended_early == {"r1": T0}
+    state = fold([admitted], ended_first)
+    assert state.in_flight == {}
+    assert state.in_flight_under(1) == 0  # a drain to the next version does not wait for it
+    assert state.admitted_by == {}
+    assert state.ended_early == {}  # forgotten once its start came
+    assert (state.counters.requests_admitted, state.counters.requests_failed) == (1, 1)
+    in_order = fold([admitted, failed])
+    assert (in_order.in_flight, in_order.ended_early) == ({}, {})  # in order, nothing is remembered
+
+
+def test_ends_whose_start_never_comes_are_remembered_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules["nrt.core.state.fold"], "ENDED_EARLY_KEPT", 3)
+    ends = [
+        RequestFailed(
+            occurred_at=T0, request_id=f"r{i}", manifest_version=1, code="bus_lost", message="gone", status=503
+        )
+        for i in range(5)
+    ]
+    assert list(fold(ends).ended_early) == ["r2", "r3", "r4"]  # the oldest dropped
 
 
 def test_a_failed_load_withdraws_the_placement_without_counting_a_tier_change() -> None:

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from datetime import datetime
 
+ENDED_EARLY_KEPT = 10_000  # requests whose end came before their start, remembered until it comes (oldest dropped)
+
 
 def evolve(state: ClusterState, event: Event) -> ClusterState:
     """The state after ``event``; ``state`` itself is left untouched."""
@@ -300,10 +302,16 @@ def _session_closed(state: ClusterState, e: SessionClosed) -> ClusterState:
 
 
 def _request_admitted(state: ClusterState, e: RequestAdmitted) -> ClusterState:
+    if e.request_id in state.ended_early:  # its end is folded already: it is not in flight
+        in_flight, admitted_by = state.in_flight, state.admitted_by
+    else:
+        in_flight = _with(state.in_flight, e.request_id, e.manifest_version)
+        admitted_by = _with(state.admitted_by, e.request_id, e.gateway_id) if e.gateway_id else state.admitted_by
     return replace(
         state,
-        in_flight=_with(state.in_flight, e.request_id, e.manifest_version),
-        admitted_by=_with(state.admitted_by, e.request_id, e.gateway_id) if e.gateway_id else state.admitted_by,
+        in_flight=in_flight,
+        admitted_by=admitted_by,
+        ended_early=_without(state.ended_early, e.request_id),
         counters=replace(state.counters, requests_admitted=state.counters.requests_admitted + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, requests=1),
         events_applied=state.events_applied + 1,
@@ -355,6 +363,17 @@ def _request_routed(state: ClusterState, e: RequestRouted) -> ClusterState:
     return _classified(state, e, dispatches=1)
 
 
+def _ended_early(state: ClusterState, request_id: str, at: datetime) -> dict[str, datetime]:
+    """``state.ended_early`` once ``request_id`` has ended at ``at``: with it when its start is not folded yet (the
+    oldest entry dropped beyond ``ENDED_EARLY_KEPT``: a start that never comes must not hold memory for good)."""
+    if request_id in state.in_flight:
+        return state.ended_early
+    early = _with(state.ended_early, request_id, at)
+    if len(early) > ENDED_EARLY_KEPT:
+        del early[next(iter(early))]
+    return early
+
+
 def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState:
     model = _model(state, e.model_id)
     updated = replace(model, last_used_at=e.occurred_at, requests=model.requests + 1)
@@ -370,6 +389,7 @@ def _request_completed(state: ClusterState, e: RequestCompleted) -> ClusterState
         models=_with(state.models, e.model_id, updated),
         in_flight=_without(state.in_flight, e.request_id),
         admitted_by=_without(state.admitted_by, e.request_id),
+        ended_early=_ended_early(state, e.request_id, e.occurred_at),
         counters=counters,
         api_keys=_used(
             state.api_keys,
@@ -389,6 +409,7 @@ def _request_failed(state: ClusterState, e: RequestFailed) -> ClusterState:
         state,
         in_flight=_without(state.in_flight, e.request_id),
         admitted_by=_without(state.admitted_by, e.request_id),
+        ended_early=_ended_early(state, e.request_id, e.occurred_at),
         counters=replace(state.counters, requests_failed=state.counters.requests_failed + 1),
         api_keys=_used(state.api_keys, e.key_id, e.occurred_at, failed=1),
         events_applied=state.events_applied + 1,

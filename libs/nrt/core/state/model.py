@@ -138,6 +138,9 @@ class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
     sessions: dict[str, SessionState] = {}
     in_flight: dict[str, int] = {}  # request id -> manifest version it was admitted under
     admitted_by: dict[str, str] = {}  # request id in flight -> the gateway that admitted it (where it said)
+    # request id -> when its end was folded before its start (a RequestAdmitted its gateway sent again, after its NATS
+    # server died unacknowledged, stored after the request's end): its start, when it comes, does not put it in flight
+    ended_early: dict[str, datetime] = {}
     intents: dict[str, int] = {}  # how often the entry model chose each intent
     api_keys: dict[str, ApiKey] = {}  # by key id, revoked ones included
     counters: Counters = Counters()
