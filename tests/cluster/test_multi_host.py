@@ -156,6 +156,7 @@ async def test_a_cluster_across_hosts_survives_each_fault_in_turn(cluster: Hoste
             cluster.operator_env,
             earlier,
             unseen=inject is kill_gateway,
+            owner_killed_at=struck if inject is kill_gateway else None,
         )
         results.append(result(name, what, outcomes, struck, report.events_checked))
         earlier |= set(await request_events(cluster.database_url))  # a dead gateway's requests too

@@ -26,7 +26,8 @@ from typing import Any
 import httpx
 
 from nrt.adapters.store import EventStore
-from nrt.core.events import RequestRouted
+from nrt.core.events import RequestFailed, RequestRouted
+from nrt.core.policies.owners import OWNER_LOST
 from nrt.entrypoints.stack import keys_file
 from nrt.entrypoints.stack.endpoints import Endpoints, stack_dir
 from nrt.testing import stacks
@@ -246,6 +247,25 @@ async def request_events(database_url: str) -> dict[str, Counter[str]]:
     return found
 
 
+ANSWERED_BEFORE_KILL_S = 1.0  # a request answered this long before its gateway was killed may end as owner_lost
+
+
+def answered_before_kill(outcome: Outcome, killed_at: float | None) -> bool:
+    """Whether ``outcome``'s answer came in the moment before its gateway was killed at ``killed_at``."""
+    answered = outcome.sent_at + outcome.took_s
+    return killed_at is not None and killed_at - ANSWERED_BEFORE_KILL_S <= answered <= killed_at + 0.1
+
+
+async def request_end_code(database_url: str, request_id: str) -> str | None:
+    """The code of the ``RequestFailed`` that ended ``request_id`` in the log (None: none did)."""
+    store = EventStore.connect(database_url, pool_size=1)
+    try:
+        records = await store.read_stream(f"request:{request_id}")
+    finally:
+        await store.close()
+    return next((r.event.code for r in records if isinstance(r.event, RequestFailed)), None)
+
+
 async def request_story(database_url: str, request_id: str) -> list[str]:
     """The events of one request in the log, one line each: what a failed check shows."""
     store = EventStore.connect(database_url, pool_size=1)
@@ -311,14 +331,17 @@ def check_log(
     env: Mapping[str, str],
     earlier: Collection[str] = frozenset(),
     unseen: bool = False,
+    owner_killed_at: float | None = None,
 ) -> LogReport:
     """Every admitted request recorded exactly once with the outcome its client saw; chain intact; replay == live.
 
     ``earlier``: the ids of requests already in the log before this traffic (a stack that served before),
     which are not this traffic's strays. ``unseen``: a gateway died under this traffic, so a request it
     admitted may have reached the log while its client saw only the connection drop (no id): such
-    requests, at most one per client that got no answer, must each be recorded once too. Waits (bounded) for the recorder to catch up with the traffic
-    before it compares."""
+    requests, at most one per client that got no answer, must each be recorded once too. ``owner_killed_at``: when
+    (``time.monotonic()``) a gateway was killed: a request it answered in the last ``ANSWERED_BEFORE_KILL_S`` before
+    may be recorded as cluster_state's ``owner_lost`` (its end was in the dead gateway's memory or outbox, not on the
+    wire; see the README). Waits (bounded) for the recorder to catch up with the traffic before it compares."""
     admitted = {o.request_id: o for o in outcomes if o.request_id is not None}
     assert len(admitted) == sum(1 for o in outcomes if o.request_id is not None), "a request id was reused"
 
@@ -343,7 +366,10 @@ def check_log(
         assert outcome_events == 1, (request_id, counts, outcome, asyncio.run(request_story(database_url, request_id)))
         assert counts["RequestRouted"] <= 1, (request_id, counts)  # router_svc's decision, once at most
         assert counts[RETRY_ROUTED] <= 1, (request_id, counts)  # and once more for the gateway's one retry
-        if served(outcome):
+        if served(outcome) and counts["RequestFailed"] and answered_before_kill(outcome, owner_killed_at):
+            code = asyncio.run(request_end_code(database_url, request_id))
+            assert code == OWNER_LOST, (request_id, counts, outcome, code)
+        elif served(outcome):
             assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
             # routed: by its first attempt's router_svc, its retry's, or both; a direct call: by none
             assert (routings(counts) >= 1) if outcome.routed else (routings(counts) == 0), (request_id, counts, outcome)

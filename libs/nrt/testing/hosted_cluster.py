@@ -155,7 +155,7 @@ class HostedCluster:
             self.stacks.append(self._up(host))
         deadline = time.monotonic() + ready_within
         for stack in self.stacks:
-            while not self._ready(stack):
+            while self._not_ready(stack) is not None:
                 assert stack.process.poll() is None, (
                     f"nrt up on {stack.host.name} exited with {stack.process.returncode}:\n"
                     f"{stack.log.read_text()[-3000:]}"
@@ -258,8 +258,10 @@ class HostedCluster:
         deadline = time.monotonic() + within
         self._wait_nats(within)
         for stack in self.stacks:
-            while not self._ready(stack):
-                assert time.monotonic() < deadline, f"the gateway on {stack.host.name} is not ready again"
+            while (why := self._not_ready(stack)) is not None:
+                assert time.monotonic() < deadline, (
+                    f"the gateway on {stack.host.name} is not ready again: {why}\n{stack.log.read_text()[-3000:]}"
+                )
                 time.sleep(0.3)
         expected = {worker_id(host) for host in self.network.hosts}
         while not expected <= set(self.state()["workers"]):
@@ -312,10 +314,13 @@ class HostedCluster:
                 assert time.monotonic() < deadline, f"NATS on {node.host.name} not clustered:\n{node.log.read_text()}"
                 time.sleep(0.3)
 
-    def _ready(self, stack: StackOnHost) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"{stack.gateway_url}/readyz", timeout=2).status_code == 200
-        return False
+    def _not_ready(self, stack: StackOnHost) -> str | None:
+        """Why ``stack``'s gateway is not ready (its ``/readyz`` answer, or the error reaching it); None: ready."""
+        try:
+            answer = httpx.get(f"{stack.gateway_url}/readyz", timeout=2)
+        except httpx.HTTPError as exc:
+            return repr(exc)
+        return None if answer.status_code == 200 else f"{answer.status_code} {answer.text[:2000]}"
 
     def stop(self) -> None:
         for stack in self.stacks:
