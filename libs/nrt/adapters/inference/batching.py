@@ -200,6 +200,7 @@ class BatchingGenerator:
         # Owned by the scheduler thread:
         self._rows: list[_Ticket] = []
         self._prefilling: deque[_Ticket] = deque()  # admitted, prompt not fully run yet
+        self._prefixes_to_keep: list[tuple[Generation, KV]] = []  # prompts just prefilled, for the prefix cache
         self._kv = BatchKV()
         self._next = np.zeros((0, 1), dtype=np.int64)
         self._stepper = model.stepper()
@@ -358,6 +359,9 @@ class BatchingGenerator:
                     joined.append((ticket, row))
         if first_tokens:
             outbox.send()  # first tokens go out before the next decode step
+        kept, self._prefixes_to_keep = self._prefixes_to_keep, []
+        for gen, past in kept:
+            self._keep_prefix(gen, past)
         leaving = [i for i, t in enumerate(self._rows) if t.gen.cancelled]
         for i in leaving:
             _dropped(self._rows[i].gen)
@@ -425,7 +429,10 @@ class BatchingGenerator:
         gen.prefilled_tokens = len(prompt) - gen.cached_tokens
         gen.t_prefill_end = time.perf_counter()
         outbox.put(ticket, gen.accept(self._first_token(gen, logits)))
-        self._keep_prefix(gen, state.past)
+        if gen.request.prefix_owner is not None and gen.finished:
+            self._keep_prefix(gen, state.past)  # before its last chunk goes: its answer ends with it recorded
+        elif gen.request.prefix_owner is not None:
+            self._prefixes_to_keep.append((gen, state.past))  # once the first tokens are out, before its next
         if gen.finished:
             self._keep_session(gen, tuple(state.past))
             return end - start, None
