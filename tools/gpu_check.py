@@ -941,7 +941,19 @@ class Plan:
 
 
 def plan(python: str, work: Path, cache_dir: Path | None) -> Plan:
+    """The stages; with no parts (``cache_dir`` None: ``--python``), tiny-llama's cuda variant is prepared first."""
     cache = ("-o", f"cache_dir={cache_dir}") if cache_dir is not None else ()
+    models = (
+        ()
+        if cache_dir is not None
+        else (
+            (
+                "models",
+                (python, "-m", "nrt.entrypoints.cli.main", "models", "prepare", "tiny-llama", "--provider", "all"),
+                120.0,
+            ),
+        )
+    )
     return Plan(
         (
             (
@@ -949,6 +961,7 @@ def plan(python: str, work: Path, cache_dir: Path | None) -> Plan:
                 (python, "-m", "tools.gpu_check", "versions", "--json", str(work / "versions.json")),
                 45.0,
             ),
+            *models,
             (
                 "gpu tests",
                 (
