@@ -48,5 +48,7 @@ def test_run_without_a_gpu_writes_why_to_its_results_file(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stdout + done.stderr
     data = json.loads(results.read_text())
     assert data["verdict"] == "failed"
-    assert data["missed"] == ["stage device: failed (this check needs an NVIDIA GPU (CUDA): none here (nvidia-smi is not on the PATH))"]
+    assert data["missed"] == [
+        "stage device: failed (this check needs an NVIDIA GPU (CUDA): none here (nvidia-smi is not on the PATH))"
+    ]
     assert "GPU check: failed" in done.stdout
