@@ -99,6 +99,7 @@ ROOTS = (
     "opentelemetry-exporter-otlp-proto-http",
     "opentelemetry-sdk",
     "prometheus-client",
+    "psutil",
     "pydantic",
     "pydantic-settings",
     "platformdirs",

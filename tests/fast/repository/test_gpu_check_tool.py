@@ -371,3 +371,23 @@ def test_run_without_a_gpu_stops_at_once_and_says_so_in_its_file(no_gpu: None, t
     assert data["verdict"] == "failed"
     assert data["stages"][0]["name"] == "device"
     assert "needs an NVIDIA GPU" in data["stages"][0]["detail"]
+
+
+def test_the_benchmarks_figures_are_kept_for_its_results_file(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import common
+
+    before = len(common.FIGURES)
+    common.report("worker over NATS: decode", 380.0, "tokens/s", 0.95, "bare ORT CUDA loop", ">= 0.9", met=True)
+    assert common.FIGURES[before:] == [
+        {
+            "name": "worker over NATS: decode",
+            "value": 380.0,
+            "unit": "tokens/s",
+            "ratio": 0.95,
+            "floor": "bare ORT CUDA loop",
+            "target": ">= 0.9",
+            "met": True,
+        }
+    ]
+    assert "ratio  0.95 vs bare ORT CUDA loop (target >= 0.9) met" in capsys.readouterr().out
+    del common.FIGURES[before:]
