@@ -29,7 +29,7 @@
 Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
 each, so that a noisy neighbour slows all of them rather than one.
 
-    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4]
+    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4] [--json FILE]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from pathlib import Path
 import msgspec
 from nats.aio.client import Client
 
-from bench.common import report
+from bench.common import FIGURES, report
 from bench.models import (
     DOCUMENT,
     LABEL,
@@ -508,5 +508,12 @@ if __name__ == "__main__":
         action="store_true",
         help="ONNX Runtime threads spin-wait between runs (NRT_WORKER_ORT_SPIN=1: a worker with the host to itself)",
     )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write every figure reported to this file (scripts/gpu-check)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.model, args.tokens, args.spin, args.formats))
+    try:
+        asyncio.run(main(args.model, args.tokens, args.spin, args.formats))
+    finally:
+        if args.json is not None:  # what was measured, also when a later part failed
+            args.json.write_text(msgspec.json.encode(FIGURES).decode() + "\n")
