@@ -54,6 +54,9 @@ class Timer:
             self.seconds += time.perf_counter() - started
 
 
+FIGURES: list[dict[str, object]] = []  # every figure reported in this process, for a results file (bench.worker --json)
+
+
 def report(
     name: str,
     value: float,
@@ -73,3 +76,6 @@ def report(
         if met is not None:
             line += " met" if met else " MISSED"
     print(line, flush=True)
+    FIGURES.append(
+        {"name": name, "value": value, "unit": unit, "ratio": ratio, "floor": floor, "target": target, "met": met}
+    )

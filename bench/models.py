@@ -129,6 +129,7 @@ class Bare:
     def __init__(self, path: Path, spin: bool) -> None:
         model = CausalLM.load(path)
         self.session = build_session(load_weights(path), spin=spin)
+        self.encode = model.encode  # the model's tokenizer (the prompts' sizes in tokens)
         self.ids = model.encode(PROMPT)
         bare_greedy(self.session, self.ids, 4)  # warm-up
 

@@ -6,7 +6,10 @@
 2. Aggregate decode throughput through the worker at 1, 4 and 8 concurrent requests
    (the worker batches the decode steps of concurrent requests); on a GPU at 1, 8, 32, 64.
 3. Sessions: time to first token of a conversation's second turn when the worker kept the
-   first turn's KV cache (it prefills only the new tokens) vs the same prompt without it.
+   first turn's KV cache (it prefills only the new tokens) vs the same prompt without it; and
+   shared prefixes: time to first token of turn 1 of a new session on a specialist whose prompt
+   starts with a 300-token template the worker holds the KV of (its other conversations started
+   with it) vs the same turn with a template seen for the first time; target <= 0.3x.
 4. Peers on CPU (see :mod:`bench.peers`), on the same prompt ids: onnxruntime-genai on the
    same ONNX graph (single stream, and a static batch of 8), and llama.cpp on the GGUF the
    Gemma artifact comes from (single stream, and 8 requests served one after another on its
@@ -26,7 +29,7 @@
 Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
 each, so that a noisy neighbour slows all of them rather than one.
 
-    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4]
+    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4] [--json FILE]
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
 
-from bench.common import report
+from bench.common import FIGURES, report
 from bench.models import (
     DOCUMENT,
     LABEL,
@@ -143,6 +147,53 @@ async def session_turns(nc: Client, model_id: str, repeats: int) -> None:
         "ms",
         cold / cached,
         "no cache (higher is better)",
+    )
+
+
+TEMPLATE_TOKENS = 300  # the shared-prefix figure's template
+SHARED_PREFIX_TARGET = 0.3  # its time to first token at most this much of the time without it
+
+
+def template_of(encode: Callable[[str], list[int]], tokens: int) -> str:
+    """A specialist's template of about ``tokens`` tokens: instructions, then the document's sentences."""
+    text = "You are the city-history specialist. Answer from the notes below, in one sentence.\nNotes:"
+    words = DOCUMENT.split()
+    i = 0
+    while len(encode(text)) < tokens:
+        text += " " + words[i % len(words)]
+        i += 1
+    return text
+
+
+async def shared_prefix_turns(nc: Client, model_id: str, encode: Callable[[str], list[int]]) -> None:
+    """Turn 1 of new sessions whose prompts start with one template (its KV held by the worker after the
+    first two) vs turn 1 with a template no earlier prompt started with, alternating."""
+    template = template_of(encode, TEMPLATE_TOKENS)
+
+    def turn1(head: str, i: int) -> str:
+        return f"{head}{template}\nQuestion {i}: where does the story begin?\nAnswer:"
+
+    for i in range(2):  # the first conversations: the template's KV is computed, then held
+        await through_worker(nc, model_id, 1, f"prefix-seed-{i}", turn1("", i), f"bench-prefix-seed-{i}")
+    shared, cold = float("inf"), float("inf")
+    for i in range(ROUNDS):
+        held = turn1("", i)
+        fresh = turn1(f"Session {i} of a new specialist. ", i)  # starts differently: nothing to reuse
+        # two tokens: a new prompt's beginning is held after its first token is out, not before
+        shared = min(shared, (await through_worker(nc, model_id, 2, f"prefix-{i}", held, f"bench-prefix-{i}"))[0])
+        cold = min(cold, (await through_worker(nc, model_id, 2, f"noprefix-{i}", fresh, f"bench-noprefix-{i}"))[0])
+    tokens = len(encode(template))
+    report(f"turn 1, {tokens}-token template, no shared prefix: first token", cold, "ms", precision=1)
+    ratio = shared / cold
+    report(
+        f"shared-prefix turn 1, {tokens}-token template: first token",
+        shared,
+        "ms",
+        ratio,
+        "no shared prefix (lower is better)",
+        f"<= {SHARED_PREFIX_TARGET}",
+        precision=1,
+        met=ratio <= SHARED_PREFIX_TARGET,
     )
 
 
@@ -377,6 +428,7 @@ async def main(model: str, n: int, spin: bool, formats: tuple[CpuFormat, ...] = 
                     else None,
                 )
             await session_turns(nc, "m", 1 if model == "tiny-llama" else 6)  # tiny-llama: 512 byte tokens
+            await shared_prefix_turns(nc, "m", floor.encode)
             if peers is not None:
                 compare_peers(peers, WorkerFigures(ttft, tps, throughput[PEER_CONCURRENCY]), peer_runs, peer_aggregates)
             else:
@@ -456,5 +508,12 @@ if __name__ == "__main__":
         action="store_true",
         help="ONNX Runtime threads spin-wait between runs (NRT_WORKER_ORT_SPIN=1: a worker with the host to itself)",
     )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write every figure reported to this file (scripts/gpu-check)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.model, args.tokens, args.spin, args.formats))
+    try:
+        asyncio.run(main(args.model, args.tokens, args.spin, args.formats))
+    finally:
+        if args.json is not None:  # what was measured, also when a later part failed
+            args.json.write_text(msgspec.json.encode(FIGURES).decode() + "\n")

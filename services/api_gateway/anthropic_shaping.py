@@ -80,7 +80,12 @@ class MessageShape:
 
     def usage(self) -> MessageUsage:
         usage = self.t.usage()
-        return MessageUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+        cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details is not None else 0
+        return MessageUsage(
+            input_tokens=usage.prompt_tokens - cached,
+            output_tokens=usage.completion_tokens,
+            cache_read_input_tokens=cached,
+        )
 
     def message(self, ended: float) -> Message:
         tool_use = self.tool_use()

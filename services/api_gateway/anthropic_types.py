@@ -96,8 +96,12 @@ ContentBlock = TextBlock | ToolUseBlock
 
 
 class MessageUsage(msgspec.Struct, kw_only=True):
+    """Anthropic's usage: ``input_tokens`` are the prompt tokens prefilled, ``cache_read_input_tokens`` those
+    whose KV a cache gave (the session's or a shared prefix's); the prompt is both together."""
+
     input_tokens: int
     output_tokens: int
+    cache_read_input_tokens: int = 0
 
 
 class Message(msgspec.Struct, kw_only=True, tag_field="type", tag="message"):

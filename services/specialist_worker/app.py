@@ -15,6 +15,7 @@ async def run(ctx: ServiceContext, settings: WorkerSettings | None = None) -> No
         detect(settings.worker_ram),
         worker_id=settings.worker_id,
         max_batch_size=settings.worker_max_batch,
+        prefix_cache_bytes=settings.worker_prefix_cache,
         max_queue=settings.worker_max_queue,
         heartbeat_s=settings.heartbeat_s,
         ort_threads=settings.worker_ort_threads,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from nrt.adapters.catalogue.sources import HF_INFERENCE_URL
+from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.settings import HeartbeatSettings
 from nrt.core.units import parse_size
 from nrt.hosting.remote.policy import RemotePolicy
@@ -24,6 +25,14 @@ class WorkerSettings(HeartbeatSettings):
         json_schema_extra={"default_text": "the host's memory"},
     )
     worker_max_batch: int = Field(default=16, ge=1, description="how many requests a model runs in one batch")
+    worker_prefix_cache: int = Field(
+        default=DEFAULT_PREFIX_CACHE_BYTES,
+        ge=0,
+        description="the KV of shared prompt prefixes (a specialist's template, a long system prompt) a worker keeps "
+        "per model, at most (`64MB`; `0`: none): a prompt that starts with a held prefix prefills only the rest "
+        "(`cached_tokens`); the least recently used prefixes go beyond it (`PrefixKvEvicted`)",
+        json_schema_extra={"default_text": "`64MB`"},
+    )
     worker_max_queue: int = Field(
         default=64,
         ge=1,
@@ -79,7 +88,7 @@ class WorkerSettings(HeartbeatSettings):
             hf_inference_url=self.worker_hf_inference_url.rstrip("/"),
         )
 
-    @field_validator("worker_ram", mode="before")
+    @field_validator("worker_ram", "worker_prefix_cache", mode="before")
     @classmethod
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value

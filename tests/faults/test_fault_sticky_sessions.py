@@ -56,6 +56,7 @@ def worker_process(nats_url: str, nrt_home: Path, tmp_path: Path) -> Iterator[su
         "NRT_HEARTBEAT_S": "0.5",  # what the harness' cluster_state expects
         "NRT_WORKER_ORT_THREADS": "1",
         "NRT_LOG_LEVEL": "WARNING",
+        "NRT_WORKER_PREFIX_CACHE": "0",  # the sessions here start alike: a moved one prefills all of it, cold
     }
     log = (tmp_path / "w-proc.log").open("wb")
     process = subprocess.Popen([sys.executable, "-m", "specialist_worker"], env=env, stdout=log, stderr=log)
@@ -126,7 +127,9 @@ async def test_turns_follow_the_kv_and_a_request_whose_worker_dies_first_is_answ
     event_store: EventStore,
     worker_process: subprocess.Popen[bytes],
 ) -> None:
-    async with start_stack(nats_url, "tiny-support.yaml", edit=TWO_COPIES, database_url=database_url) as stack:
+    async with start_stack(
+        nats_url, "tiny-support.yaml", edit=TWO_COPIES, database_url=database_url, prefix_cache_bytes=0
+    ) as stack:
         broker = await start_broker(nats_url, "api_gateway")  # the test's own view of the log
         follower = EventFollower(broker)
         await follower.start()

@@ -41,6 +41,7 @@ from nrt.adapters.bus.broker import start_broker
 from nrt.adapters.bus.connection import connect
 from nrt.adapters.bus.credentials import BusCredentials
 from nrt.adapters.bus.jetstream import EventPublisher, ensure_events_stream
+from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.infra import free_port
 from nrt.adapters.settings import Settings, models_dir
 from nrt.core.api_keys import bootstrap_event
@@ -215,6 +216,7 @@ async def start_stack(
     database_url: str | None = None,
     keys: Path | None = None,
     partial: bool = False,
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
 ) -> AsyncIterator[Stack]:
     """Apply ``manifest_file`` (version 1), start router_svc, load the models at the declared tiers
     (or ``loads``: model id -> tier): the entry model on router_svc, the others on one worker;
@@ -229,7 +231,9 @@ async def start_stack(
     and sends control commands).
 
     ``partial`` (implied by ``loads``): the stack is handed over once every readiness check but the
-    models one is green (some models are never served)."""
+    models one is green (some models are never served).
+
+    ``prefix_cache_bytes``: the worker's shared-prefix KV per model (``0``: none, every prefill cold)."""
     assert database_url is None or loads is None, "cluster_state places the models: no loads with a database"
 
     def as_identity(identity: str) -> BusCredentials | None:
@@ -243,7 +247,14 @@ async def start_stack(
         text = text.replace(old, new)
     worker_broker = await start_broker(nats_url, "specialist_worker", credentials=as_identity("specialist_worker"))
     worker_nc = worker_broker.connection
-    worker = Worker(worker_broker, detect(), worker_id="w-gateway", max_batch_size=8, heartbeat_s=0.5)
+    worker = Worker(
+        worker_broker,
+        detect(),
+        worker_id="w-gateway",
+        max_batch_size=8,
+        heartbeat_s=0.5,
+        prefix_cache_bytes=prefix_cache_bytes,
+    )
     router_settings = router_settings or RouterSettings(
         classify_timeout=10, manifest_wait=2, router_worker_id=ROUTER_HOST, router_max_batch=8, heartbeat_s=0.5
     )

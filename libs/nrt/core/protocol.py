@@ -47,7 +47,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    cached_tokens: int  # prompt tokens served from the session's KV cache, not prefilled
+    cached_tokens: int  # prompt tokens served from a KV cache (the session's or a shared prefix's), not prefilled
 
 
 class Timings(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,7 +37,7 @@ class Priority(StrEnum):
 
 class Reason(StrEnum):
     """Why a change happened: what a control command carries to the event it causes, and the
-    ``reason`` of ``TierChanged``, ``SessionKvEvicted``, ``SessionClosed`` and ``WorkerLost``."""
+    ``reason`` of ``TierChanged``, ``SessionKvEvicted``, ``PrefixKvEvicted``, ``SessionClosed`` and ``WorkerLost``."""
 
     # a model's tier
     PLACEMENT = "placement"  # placed on a worker at its declared tier
@@ -54,6 +54,8 @@ class Reason(StrEnum):
     MAX_ACTIVE_SESSIONS = "max_active_sessions"  # the least recently used of one too many on its model
     MODEL_UNLOADED = "model_unloaded"  # its model left the worker
     CLOSED = "closed"  # the session ended
+    # a shared prefix's KV cache
+    PREFIX_CACHE_FULL = "prefix_cache_full"  # the least recently used beyond its model's prefix cache bytes
     # a worker
     HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # it missed too many heartbeats
     SHUTDOWN = "shutdown"  # it stopped on its own

@@ -22,6 +22,7 @@ from pathlib import Path
 from nrt.adapters.bus.errors import BadRequest, Unavailable
 from nrt.adapters.inference import ArtifactRegistry, BatchingGenerator, CausalLM, Encoder, TierChange
 from nrt.adapters.inference.artifact import read_record
+from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.inference.chat_template import ChatTemplate
 from nrt.adapters.inference.weights import CUDA
 from nrt.adapters.metrics import ModelLoad
@@ -96,8 +97,10 @@ class ModelHost:
         max_batch_size: int = 16,
         batch_observer: BatchObserver | None = None,
         memory: DeviceMemory | None = None,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.registry = registry
+        self.prefix_cache_bytes = prefix_cache_bytes  # each causal runtime's shared prefixes' KV, at most
         self.memory: DeviceMemory = memory if memory is not None else HostMemory()  # where residents live
         # a session ONNX Runtime could not put on the GPU runs from RAM: measured there
         self._ram: DeviceMemory = self.memory if self.memory.device.kind is DeviceKind.CPU else HostMemory()
@@ -266,7 +269,12 @@ class ModelHost:
         if read_record(path).kind == "encoder":
             return Encoder(session, path)
         on_step = self.batch_observer(model_id) if self.batch_observer is not None else None
-        return BatchingGenerator(CausalLM(session, path), max_batch_size=self.max_batch_size, on_step=on_step)
+        return BatchingGenerator(
+            CausalLM(session, path),
+            max_batch_size=self.max_batch_size,
+            on_step=on_step,
+            prefix_cache_bytes=self.prefix_cache_bytes,
+        )
 
     def _drop_runtime_if_sessionless(self, path: Path) -> None:
         live = {usage.artifact_dir for usage in self.registry.usage() if usage.has_session}

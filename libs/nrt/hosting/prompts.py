@@ -63,6 +63,7 @@ def generation_request(
         seed=params.seed,
         stop=tuple(dict.fromkeys((*chosen.stop, *(() if raw else template.stop)))),
         session_id=session_key,
+        prefix_owner=request.model_id,  # its template's (and system prompt's) KV is shared by its requests
         request_id=request.request_id,
         stream=request.stream,
         add_special_tokens=raw or not isinstance(template, ChatTemplate),  # a chat template writes its own

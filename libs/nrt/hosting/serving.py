@@ -3,7 +3,9 @@
 Each handler takes a typed request and answers with typed replies: ``generate`` yields the
 answer's chunks (the one with a ``finish_reason`` is the last), ``classify`` and ``embed``
 return one reply. A standby model is promoted first (a cold start, timed on the first chunk).
-A conversation's turns on a local model share its KV cache, recorded as session events.
+A conversation's turns on a local model share its KV cache, recorded as session events; the
+prompt prefixes a model's requests share (its template, a system prompt) keep theirs, recorded as
+``PrefixKvStored`` / ``PrefixKvEvicted`` after each answer.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from nrt.adapters.inference import (
     TemplateError,
     Usage,
 )
-from nrt.core.events import RouterCalibrated, SessionKvEvicted, SessionOpened, SessionTouched
+from nrt.core.events import (
+    PrefixKvEvicted,
+    PrefixKvStored,
+    RouterCalibrated,
+    SessionKvEvicted,
+    SessionOpened,
+    SessionTouched,
+)
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import (
     Calibration,
@@ -119,6 +128,8 @@ class Serving:
         with self._conversation(model_id, request.session_id):
             try:
                 async for chunk in runtime.generate(engine_request):  # one chunk, the last, unless streaming
+                    if chunk.usage is not None:
+                        self._prefixes_changed(runtime)
                     if chunk.usage is not None and request.session_id:
                         self._session_touched(request.session_id, model_id, runtime, key, chunk.usage)
                     yield GenerateChunk(
@@ -171,6 +182,30 @@ class Serving:
                 session_id=session_id, model_id=model_id, worker_id=self.worker_id, bytes_freed=freed, reason=reason
             )
         )
+
+    def _prefixes_changed(self, runtime: BatchingGenerator) -> None:
+        """Record the shared prefixes the runtime stored and evicted since the last answer (its models')."""
+        for change in runtime.prefixes.drain():
+            if change.action == "stored":
+                self.events.emit(
+                    PrefixKvStored(
+                        model_id=change.owner,
+                        worker_id=self.worker_id,
+                        prefix_key=change.key,
+                        tokens=change.tokens,
+                        kv_bytes=change.nbytes,
+                    )
+                )
+            else:
+                self.events.emit(
+                    PrefixKvEvicted(
+                        model_id=change.owner,
+                        worker_id=self.worker_id,
+                        prefix_key=change.key,
+                        bytes_freed=change.nbytes,
+                        reason=Reason.PREFIX_CACHE_FULL,
+                    )
+                )
 
     def _session_touched(
         self, session_id: str, model_id: str, runtime: BatchingGenerator, key: str | None, usage: Usage

@@ -39,6 +39,7 @@ from nrt.adapters.bus.errors import DeadlineExceeded
 from nrt.adapters.bus.follow import EventFollower
 from nrt.adapters.bus.jetstream import EventPublisher
 from nrt.adapters.inference import ArtifactRegistry
+from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.metrics import WorkerMetrics
 from nrt.core.events import ManifestApplied
 from nrt.core.manifest import ModelSpec
@@ -92,6 +93,7 @@ class Worker:
         memory: DeviceMemory | None = None,
         share_artifacts: bool = True,
         nats_replicas: int | None = None,  # copies of the buckets it creates (None: by the NATS cluster's size)
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,  # shared prompt prefixes' KV per model (0: none)
     ) -> None:
         self.broker = broker
         self.max_queue = max_queue  # requests per model queued or running here; more are refused (overloaded)
@@ -101,6 +103,7 @@ class Worker:
             ArtifactRegistry(resources.providers, intra_op_threads=ort_threads, spin=ort_spin),
             max_batch_size=max_batch_size,
             batch_observer=self.metrics.batch_observer,
+            prefix_cache_bytes=prefix_cache_bytes,
             memory=memory if memory is not None else memory_of(resources.device),
         )
         self.metrics.watch(self.host.loads)

@@ -106,6 +106,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_ID": ("w-7", "worker_id", "w-7"),
         "NRT_WORKER_RAM": ("8GB", "worker_ram", 8 * 10**9),
         "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
+        "NRT_WORKER_PREFIX_CACHE": ("16MB", "worker_prefix_cache", 16 * 10**6),
         "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
         "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
         "NRT_WORKER_SHARE_ARTIFACTS": ("0", "worker_share_artifacts", False),

@@ -84,6 +84,8 @@ EVENT_PUBLISHERS: dict[str, tuple[Service, ...]] = {
     "SessionTouched": ("specialist_worker", "router_svc"),
     "SessionKvEvicted": ("specialist_worker", "router_svc"),
     "SessionClosed": ("specialist_worker", "router_svc"),
+    "PrefixKvStored": ("specialist_worker", "router_svc"),
+    "PrefixKvEvicted": ("specialist_worker", "router_svc"),
     "RequestAdmitted": ("api_gateway",),
     "RouterFired": (),  # no longer written (RequestRouted): older logs hold it
     "RouterCalibrated": ("router_svc", "specialist_worker", "cluster_state"),  # the entry model's worker; re-seeds

@@ -4,7 +4,8 @@ One scheduler thread per model owns the ONNX session. Each iteration it
 
 1. admits queued requests (rows in flight stay within ``max_batch_size``) and prefills
    them one at a time, alone (batch of 1, no padding), starting from the session's cached
-   KV prefix when the request names a session. Prompts run in chunks of
+   KV prefix when the request names a session, or from a shared prefix's KV (its owner's
+   template or system prompt, :mod:`nrt.adapters.inference.prefixes`) when that covers more. Prompts run in chunks of
    ``prefill_chunk_tokens``; while other rows are decoding, only one chunk's worth of
    prompt tokens runs per iteration, so a long prompt delays the running streams by one
    chunk per token instead of stalling them. A finished prompt streams its first token;
@@ -45,14 +46,18 @@ from nrt.adapters.inference.causal import CausalLM
 from nrt.adapters.inference.errors import GeneratorClosedError, GrammarError
 from nrt.adapters.inference.generation import Generation, start_generation
 from nrt.adapters.inference.grammar import Grammars, prepare_all
-from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, common_prefix, width_of
-from nrt.adapters.inference.kv_tensors import KV, OrtValue
+from nrt.adapters.inference.kv import BatchKV, RowKV, SessionKV, leading, width_of
+from nrt.adapters.inference.kv_tensors import KV, OrtValue, kv_nbytes
+from nrt.adapters.inference.prefixes import PrefixCache, common_prefix
 from nrt.adapters.inference.sessions import SessionStore, SessionUsage
 from nrt.adapters.inference.structs import Chunk, GenerationRequest
 
 log = logging.getLogger("nrt.adapters.inference")
 
 _PREFILL_LOGITS_BYTES = 64 * 1024 * 1024  # bound on one prefill chunk's [1, T, vocab] logits
+DEFAULT_PREFIX_CACHE_BYTES = 64 * 1024 * 1024  # the shared prefixes' KV one model holds, at most
+
+PrefixKV = tuple[OrtValue, ...]
 
 Item = Chunk | BaseException
 
@@ -160,6 +165,7 @@ class BatcherStats:
     steps: int  # decode steps run
     rebuilds: int  # batch regroupings (joins/leaves)
     session_bytes: int
+    prefix_bytes: int  # the shared prefixes' KV
 
 
 class BatchingGenerator:
@@ -173,8 +179,10 @@ class BatchingGenerator:
         sessions: SessionStore | None = None,
         prefill_chunk_tokens: int | None = None,
         on_step: Callable[[int], None] | None = None,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.model = model
+        self.prefixes: PrefixCache[PrefixKV] = PrefixCache(prefix_cache_bytes)
         self.on_step = on_step  # told each decode step's batch size, from the scheduler thread (metrics)
         self.sessions = sessions if sessions is not None else SessionStore()
         # Without position_ids the graph derives positions from the cache length, which
@@ -192,6 +200,7 @@ class BatchingGenerator:
         # Owned by the scheduler thread:
         self._rows: list[_Ticket] = []
         self._prefilling: deque[_Ticket] = deque()  # admitted, prompt not fully run yet
+        self._prefixes_to_keep: list[tuple[Generation, KV]] = []  # prompts just prefilled, for the prefix cache
         self._kv = BatchKV()
         self._next = np.zeros((0, 1), dtype=np.int64)
         self._stepper = model.stepper()
@@ -256,6 +265,7 @@ class BatchingGenerator:
             steps=self._steps,
             rebuilds=self._rebuilds,
             session_bytes=self.sessions.total_bytes,
+            prefix_bytes=self.prefixes.total_bytes,
         )
 
     async def aclose(self) -> None:
@@ -349,6 +359,9 @@ class BatchingGenerator:
                     joined.append((ticket, row))
         if first_tokens:
             outbox.send()  # first tokens go out before the next decode step
+        kept, self._prefixes_to_keep = self._prefixes_to_keep, []
+        for gen, past in kept:
+            self._keep_prefix(gen, past)
         leaving = [i for i, t in enumerate(self._rows) if t.gen.cancelled]
         for i in leaving:
             _dropped(self._rows[i].gen)
@@ -358,17 +371,43 @@ class BatchingGenerator:
             self._decode(outbox)
 
     def _start_prefill(self, ticket: _Ticket) -> _Prefill:
-        """Take the session's cached prefix (if any) as the starting cache."""
+        """Start from the longest cached prefix of the prompt: the session's, or a shared prefix's."""
         gen = ticket.gen
         gen.t_prefill_start = time.perf_counter()
         prompt = gen.prompt_ids
         session_id = gen.request.session_id
+        owner = gen.request.prefix_owner
         cached = self.sessions.take(session_id) if session_id else None
         reuse = min(common_prefix(cached.tokens, prompt), len(prompt) - 1) if cached is not None else 0
+        shared = self.prefixes.match(owner, prompt) if owner is not None else None
+        if shared is not None:
+            gen.prefix_shared = shared.length
+            from_prefix = min(shared.length, len(prompt) - 1)
+            if from_prefix > reuse:
+                gen.cached_tokens = from_prefix
+                return _Prefill(leading(shared.entry.kv, from_prefix, self._ops).past, from_prefix)
         if cached is None or reuse <= 0:
             return _Prefill(self._ops.empty_past(), 0)
         gen.cached_tokens = reuse
         return _Prefill(cached.prefix(reuse, self._ops).past, reuse)
+
+    def _keep_prefix(self, gen: Generation, past: KV) -> None:
+        """After a prompt's prefill: hold the part it shares with its owner's other prompts (or, for a
+        prompt that did not continue its session's cache, its own beginning, a candidate)."""
+        owner = gen.request.prefix_owner
+        if owner is None:
+            return
+        prompt = gen.prompt_ids
+        continued = gen.request.session_id is not None and gen.cached_tokens > gen.prefix_shared
+        length = self.prefixes.worth_storing(prompt, gen.prefix_shared, candidate=not continued)
+        if length <= 0:
+            return
+
+        def kv_of(n: int) -> tuple[PrefixKV, int]:
+            kv = tuple(leading(past, n, self._ops).past)
+            return kv, kv_nbytes(kv)
+
+        self.prefixes.store(owner, prompt[:length], kv_of)
 
     def _prefill_chunk(self, ticket: _Ticket, outbox: _Outbox) -> tuple[int, RowKV | None]:
         """Run the next chunk of a prompt. When the prompt is done, choose and stream the
@@ -390,6 +429,10 @@ class BatchingGenerator:
         gen.prefilled_tokens = len(prompt) - gen.cached_tokens
         gen.t_prefill_end = time.perf_counter()
         outbox.put(ticket, gen.accept(self._first_token(gen, logits)))
+        if gen.request.prefix_owner is not None and gen.finished:
+            self._keep_prefix(gen, state.past)  # before its last chunk goes: its answer ends with it recorded
+        elif gen.request.prefix_owner is not None:
+            self._prefixes_to_keep.append((gen, state.past))  # once the first tokens are out, before its next
         if gen.finished:
             self._keep_session(gen, tuple(state.past))
             return end - start, None

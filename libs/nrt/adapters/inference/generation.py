@@ -46,7 +46,8 @@ class Generation:
     reused_ids: int = 0  # prompt ids taken from the session's transcript instead of tokenizing
     generated: int = 0
     finish_reason: FinishReason | None = None
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV came from a cache (its session's or a shared prefix's)
+    prefix_shared: int = 0  # leading prompt ids shared with the best-matching prefix entry
     prefilled_tokens: int = 0
     batch_size_max: int = 1
     cancelled: bool = False

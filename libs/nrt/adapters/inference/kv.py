@@ -51,19 +51,16 @@ class SessionKV:
         return kv_nbytes(self.past)
 
     def prefix(self, length: int, ops: DeviceOps) -> RowKV:
-        """The cache of the first ``length`` tokens (a causal cache truncates cleanly): the
-        tensors themselves when that is all of them, else a copy of their first columns."""
-        if length == width_of(self.past):
-            return RowKV(list(self.past), length)
-        return RowKV(ops.select(self.past, [0], 0, length), length)
+        """The cache of the first ``length`` tokens."""
+        return leading(self.past, length, ops)
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def leading(past: Sequence[OrtValue], length: int, ops: DeviceOps) -> RowKV:
+    """The cache of a lone row's first ``length`` positions (a causal cache truncates cleanly): the
+    tensors themselves when that is all of them, else a copy of their first columns."""
+    if length == width_of(past):
+        return RowKV(list(past), length)
+    return RowKV(ops.select(past, [0], 0, length), length)
 
 
 @dataclass(slots=True, eq=False)

@@ -15,7 +15,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``temperature == 0`` is greedy. ``seed`` makes sampling reproducible per request.
     ``max_tokens`` defaults to whatever the context window leaves after the prompt.
     ``session_id`` keeps the KV cache after the reply so the next turn of the same
-    conversation prefills only its new tokens. ``ignore_eos`` is for benchmarks.
+    conversation prefills only its new tokens. ``prefix_owner`` lets the prompt start from, and add to,
+    the KV of prefixes shared with its owner's other prompts (:mod:`nrt.adapters.inference.prefixes`).
+    ``ignore_eos`` is for benchmarks.
     ``response_format`` constrains every token to a grammar (a JSON schema): the answer ends when it
     is complete. ``stream=False`` delivers the whole answer as one chunk when it finishes: the caller's
     event loop is woken once per request instead of once per token.
@@ -30,6 +32,8 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     stop: tuple[str, ...] = ()
     session_id: str | None = None
+    # whose shared-prefix KV the prompt may start from and adds to (a model id; None: no prefix cache)
+    prefix_owner: str | None = None
     ignore_eos: bool = False
     request_id: str = ""
     stream: bool = True

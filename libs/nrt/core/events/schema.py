@@ -234,6 +234,36 @@ class SessionClosed(Event, frozen=True, kw_only=True):
         return f"session:{self.session_id}"
 
 
+# -- shared prefixes -----------------------------------------------------------------
+
+
+class PrefixKvStored(Event, frozen=True, kw_only=True):
+    """A worker holds the KV of a prompt prefix that its model's requests share (a template, a system
+    prompt), keyed by a hash of its token ids; counted against the resident budget like session KV."""
+
+    model_id: str
+    worker_id: str
+    prefix_key: str
+    tokens: int
+    kv_bytes: int
+
+    @property
+    def stream_id(self) -> str:
+        return f"prefix:{self.worker_id}/{self.model_id}/{self.prefix_key}"
+
+
+class PrefixKvEvicted(Event, frozen=True, kw_only=True):
+    model_id: str
+    worker_id: str
+    prefix_key: str
+    bytes_freed: int
+    reason: Reason  # prefix_cache_full | model_unloaded
+
+    @property
+    def stream_id(self) -> str:
+        return f"prefix:{self.worker_id}/{self.model_id}/{self.prefix_key}"
+
+
 # -- requests and routing ------------------------------------------------------------
 
 
@@ -414,6 +444,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionTouched,
     SessionKvEvicted,
     SessionClosed,
+    PrefixKvStored,
+    PrefixKvEvicted,
     RequestAdmitted,
     RouterFired,
     RouterCalibrated,
@@ -437,6 +469,8 @@ AnyEvent = (
     | SessionTouched
     | SessionKvEvicted
     | SessionClosed
+    | PrefixKvStored
+    | PrefixKvEvicted
     | RequestAdmitted
     | RouterFired
     | RouterCalibrated

@@ -7,7 +7,8 @@ holds, on a CPU host its weights and its session's RAM.
 Models that share one artifact on one worker share one copy: they are charged once,
 at the highest tier any of them holds there. The KV caches a resident model keeps for its
 sessions (the bytes its worker measured, as the log recorded them) count against the
-resident budget too, each model's on top of the shared weights.
+resident budget too, each model's on top of the shared weights, and so do the shared prompt
+prefixes' KV caches it keeps (``PrefixKvStored`` until ``PrefixKvEvicted``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Holding:
     artifact: str
     tier: Tier
     bytes: int
-    kv_bytes: int = 0  # the sessions' KV caches it holds (resident only)
+    kv_bytes: int = 0  # the sessions' and shared prefixes' KV caches it holds (resident only)
 
     @property
     def charge(self) -> int:
@@ -71,20 +72,24 @@ class Holding:
         return self.bytes + (self.kv_bytes if self.tier == Tier.RESIDENT else 0)
 
 
-def session_kv_bytes(cluster: ClusterState) -> dict[tuple[str, str], int]:
-    """The KV bytes the sessions hold by ``(model_id, worker_id)``, as last measured (one pass over the sessions)."""
+def kv_bytes(cluster: ClusterState) -> dict[tuple[str, str], int]:
+    """The KV bytes held by ``(model_id, worker_id)``, as last measured: the sessions' and the shared
+    prefixes' (one pass over each)."""
     out: dict[tuple[str, str], int] = {}
     for s in cluster.sessions.values():
         if not s.kv_evicted:
             key = (s.model_id, s.worker_id)
             out[key] = out.get(key, 0) + s.kv_bytes
+    for p in cluster.prefixes.values():
+        key = (p.model_id, p.worker_id)
+        out[key] = out.get(key, 0) + p.kv_bytes
     return out
 
 
 def holdings(state: ControlState, manifest: Manifest | None) -> list[Holding]:
     """Every model held on a live-or-alive worker, with pending changes counted as done."""
     specs = {s.id: s for s in manifest.models} if manifest is not None else {}
-    kv = session_kv_bytes(state.cluster)
+    kv = kv_bytes(state.cluster)
     out: list[Holding] = []
     seen: set[tuple[str, str]] = set()
     for model_id, model in sorted(state.cluster.models.items()):

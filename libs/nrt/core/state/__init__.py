@@ -9,8 +9,10 @@ from nrt.core.state.model import (
     LoadFailure,
     ModelState,
     Placement,
+    PrefixState,
     SessionState,
     WorkerState,
+    prefix_id,
 )
 
 __all__ = [
@@ -21,8 +23,10 @@ __all__ = [
     "LoadFailure",
     "ModelState",
     "Placement",
+    "PrefixState",
     "SessionState",
     "WorkerState",
     "evolve",
     "fold",
+    "prefix_id",
 ]

@@ -23,6 +23,8 @@ from nrt.core.events import (
     Event,
     ManifestApplied,
     ModelPlaced,
+    PrefixKvEvicted,
+    PrefixKvStored,
     RequestAdmitted,
     RequestCompleted,
     RequestDispatched,
@@ -45,8 +47,10 @@ from nrt.core.state.model import (
     LoadFailure,
     ModelState,
     Placement,
+    PrefixState,
     SessionState,
     WorkerState,
+    prefix_id,
 )
 from nrt.core.vocabulary import TIER_RANK, Reason, Tier
 
@@ -176,11 +180,13 @@ def _worker_lost(state: ClusterState, e: WorkerLost) -> ClusterState:
         for model_id, model in state.models.items()
     }
     sessions = {sid: s for sid, s in state.sessions.items() if s.worker_id != e.worker_id}
+    prefixes = {pid: p for pid, p in state.prefixes.items() if p.worker_id != e.worker_id}
     return replace(
         state,
         workers=workers,
         models=models,
         sessions=sessions,
+        prefixes=prefixes,
         events_applied=state.events_applied + 1,
         last_event_at=e.occurred_at,
     )
@@ -225,9 +231,14 @@ def _tier_changed(state: ClusterState, e: TierChanged) -> ClusterState:
         load_failures=failures,
     )
     counters = _count(state.counters, tier_changes=1 if moved else 0, cold_starts=1 if e.cold_start else 0)
+    prefixes = state.prefixes
+    if e.to_tier != Tier.RESIDENT and any(_held_by(p, e.model_id, e.worker_id) for p in prefixes.values()):
+        # its shared prefixes' KV went with its session (a worker records no eviction for them)
+        prefixes = {pid: p for pid, p in prefixes.items() if not _held_by(p, e.model_id, e.worker_id)}
     return replace(
         state,
         models=_with(state.models, e.model_id, updated),
+        prefixes=prefixes,
         counters=counters,
         events_applied=state.events_applied + 1,
         last_event_at=e.occurred_at,
@@ -287,6 +298,37 @@ def _session_kv_evicted(state: ClusterState, e: SessionKvEvicted) -> ClusterStat
         state,
         sessions=_with(state.sessions, e.session_id, updated),
         counters=counters,
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
+
+
+def _held_by(prefix: PrefixState, model_id: str, worker_id: str) -> bool:
+    return prefix.model_id == model_id and prefix.worker_id == worker_id
+
+
+def _prefix_kv_stored(state: ClusterState, e: PrefixKvStored) -> ClusterState:
+    prefix = PrefixState(
+        model_id=e.model_id,
+        worker_id=e.worker_id,
+        prefix_key=e.prefix_key,
+        tokens=e.tokens,
+        kv_bytes=e.kv_bytes,
+        stored_at=e.occurred_at,
+    )
+    return replace(
+        state,
+        prefixes=_with(state.prefixes, prefix_id(e.worker_id, e.model_id, e.prefix_key), prefix),
+        events_applied=state.events_applied + 1,
+        last_event_at=e.occurred_at,
+    )
+
+
+def _prefix_kv_evicted(state: ClusterState, e: PrefixKvEvicted) -> ClusterState:
+    return replace(
+        state,
+        prefixes=_without(state.prefixes, prefix_id(e.worker_id, e.model_id, e.prefix_key)),
+        counters=_count(state.counters, kv_evictions=1),
         events_applied=state.events_applied + 1,
         last_event_at=e.occurred_at,
     )
@@ -475,6 +517,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, Any], ClusterState]] = {
     SessionTouched: _session_touched,
     SessionKvEvicted: _session_kv_evicted,
     SessionClosed: _session_closed,
+    PrefixKvStored: _prefix_kv_stored,
+    PrefixKvEvicted: _prefix_kv_evicted,
     RequestAdmitted: _request_admitted,
     RouterFired: _router_fired,
     RouterCalibrated: _router_calibrated,

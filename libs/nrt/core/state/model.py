@@ -63,6 +63,22 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     evicted_reason: Reason | None = None  # why its KV went (idle, max_active_sessions, ...)
 
 
+class PrefixState(msgspec.Struct, frozen=True, kw_only=True):
+    """A shared prompt prefix's KV held by a worker for a model (``PrefixKvStored`` until ``PrefixKvEvicted``)."""
+
+    model_id: str
+    worker_id: str
+    prefix_key: str
+    tokens: int
+    kv_bytes: int  # measured by its worker; counted against the resident budget like session KV
+    stored_at: datetime
+
+
+def prefix_id(worker_id: str, model_id: str, prefix_key: str) -> str:
+    """A held prefix's key in ``ClusterState.prefixes``."""
+    return f"{worker_id}/{model_id}/{prefix_key}"
+
+
 class WorkerState(msgspec.Struct, frozen=True, kw_only=True):
     worker_id: str
     host: str
@@ -136,6 +152,7 @@ class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
     workers: dict[str, WorkerState] = {}
     models: dict[str, ModelState] = {}
     sessions: dict[str, SessionState] = {}
+    prefixes: dict[str, PrefixState] = {}  # by prefix_id(worker, model, key): the shared prefixes' KV held
     in_flight: dict[str, int] = {}  # request id -> manifest version it was admitted under
     admitted_by: dict[str, str] = {}  # request id in flight -> the gateway that admitted it (where it said)
     # request id -> when its end was folded before its start (a RequestAdmitted its gateway sent again, after its NATS
