@@ -255,6 +255,7 @@ async def start_request(
             started=started,
             created=int(started_wall),
             started_wall=started_wall,
+            tools=call.params.tools,
         )
         prompt = recorded_prompt(admission.manifest, call, routed)
         admitted = AdmittedRequest(cluster_link, bus, call, transcript, span, caller(request).key_id, prompt)

@@ -33,7 +33,7 @@ from nrt.core.vocabulary import FinishReason as FinishReason  # the engine's and
 
 # -- the pieces of a conversation and of an answer (the engine in nrt.adapters.inference uses them too) --
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]  # tool: a client tool's result (nrt.core.tool_calls)
 
 
 class ChatMessage(msgspec.Struct, frozen=True):
@@ -75,6 +75,32 @@ class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None = None  # json_schema: the client's name for it
 
 
+ToolChoice = Literal["auto", "none", "required"]
+
+
+class ToolFunction(msgspec.Struct, frozen=True, kw_only=True):
+    """A client tool the model may call: its name, what it does, and its parameters' JSON Schema as JSON text."""
+
+    name: str
+    description: str = ""
+    parameters: str = '{"type": "object"}'
+
+
+class Tools(msgspec.Struct, frozen=True, kw_only=True):
+    """The client tools a request declares and how the answer may use them (``nrt.core.tool_calls``).
+
+    ``choice``: ``auto`` (the model writes text or calls), ``required`` (it calls; ``function`` names the
+    one it must call, when the client named one), ``none`` (text only: the tools are still described, so
+    a conversation's prompt, and its session's KV cache, stay the same). ``parallel``: several calls in
+    one answer.
+    """
+
+    functions: tuple[ToolFunction, ...]
+    choice: ToolChoice = "auto"
+    function: str | None = None  # required: the one function the answer calls
+    parallel: bool = True
+
+
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
     """A token and its log-probability (natural log), as OpenAI's ``top_logprobs`` entries have them."""
 
@@ -99,6 +125,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None  # constrain the answer (None: free text)
+    tools: Tools | None = None  # the client's tools: described to the model, its calls constrained to them
     # OpenAI's penalties over the tokens generated so far in this request: logit -= presence * (count > 0)
     # + frequency * count; logit_bias: (token id, bias) pairs added to the logits before anything else
     presence_penalty: float = 0.0
