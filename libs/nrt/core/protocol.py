@@ -135,6 +135,28 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     top_logprobs: int = 0  # and this many most likely alternatives (0-20; needs logprobs)
 
 
+Constrained = Literal["json_schema", "json_object", "tools"]
+
+
+def constrained_by(params: SamplingParams) -> Constrained | None:
+    """How a request's answer is constrained: to calls of its tools (unless ``tool_choice`` is ``none``),
+    else to its response format; None: free text. What the log records of it (``RequestAdmitted``)."""
+    if params.tools is not None and params.tools.choice != "none":
+        return "tools"
+    return params.response_format.type if params.response_format is not None else None
+
+
+def constraint_text(params: SamplingParams) -> str | None:
+    """The text of what constrains the answer: the JSON schema, or the tools (name, description,
+    parameters) and the choice, as JSON; None when free (or any JSON object)."""
+    kind = constrained_by(params)
+    if kind == "tools" and params.tools is not None:
+        return msgspec.json.encode(params.tools).decode()
+    if kind == "json_schema" and params.response_format is not None:
+        return params.response_format.schema
+    return None
+
+
 # -- gateway -> router_svc -------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from harness import Stack
+from nrt.core.events import RequestAdmitted
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -194,6 +195,10 @@ async def test_a_routed_request_carries_its_tools_and_hides_the_router_hop(stack
     calls = completion.choices[0].message.tool_calls
     check_calls(calls)  # the specialist's calls only: dispatch_to_specialist is not among them
     assert [hop["role"] for hop in nrt["hops"]] == ["router", "specialist"]
+    # the log records that the answer was constrained, not the tools' text (this manifest records no prompts)
+    events = await stack.events(nrt["request_id"], until=1)
+    admitted = next(e for e in events if isinstance(e, RequestAdmitted))
+    assert (admitted.constrained, admitted.constraint) == ("tools", None)
 
 
 async def test_bad_tool_declarations_are_400s_naming_them(stack: Stack) -> None:
