@@ -10,10 +10,9 @@ tool's parameters is the worker's call: one it cannot is a 400 (``invalid_respon
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
-
-import msgspec
 
 from api_gateway.errors import ApiError
 from api_gateway.response_format import NAME, missing, schema_text
@@ -110,5 +109,6 @@ def earlier_calls(content: str, calls: Sequence[tuple[str, str]]) -> str:
 
 
 def arguments_text(value: Any) -> str:
-    """A call's arguments as JSON text (Anthropic sends them as an object)."""
-    return msgspec.json.encode(value if value is not None else {}).decode()
+    """A call's arguments as JSON text (Anthropic sends them as an object), laid out as the model writes
+    them (``", "`` and ``": "``, the keys in their order), so the conversation's text is the one it wrote."""
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)

@@ -17,7 +17,6 @@ from api_gateway.errors import ApiError
 
 # field -> (the values that ask for nothing unsupported, why the others are refused)
 _FUNCTIONS = "the deprecated function calls are not supported: declare 'tools' (and 'tool_choice')"
-_TOOLS = "client tools are served on /v1/chat/completions (this endpoint's tool blocks come later)"
 OPENAI_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
     "functions": (([],), _FUNCTIONS),
     "function_call": (("none",), _FUNCTIONS),
@@ -38,8 +37,6 @@ OPENAI_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 ANTHROPIC_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "tools": (([],), _TOOLS),
-    "tool_choice": (({"type": "none"},), _TOOLS),
     "thinking": (({"type": "disabled"},), "the models of this cluster do not think before answering"),
     "service_tier": (("auto", "standard_only"), "this cluster has one service tier: send 'auto' or 'standard_only'"),
     "cache_control": ((), "use the X-NRT-Session header (or metadata.user_id) to keep a conversation's cache"),

@@ -253,6 +253,58 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     blocks = block.properties or {}
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
+    _document_anthropic_tools(schemas, message)
+
+
+def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema) -> None:
+    """A message's blocks: ``text``, an assistant's ``tool_use``, a user's ``tool_result``; ``tools``."""
+    content = schemas["ContentBlockIn"]
+    fields = content.properties or {}
+    _value(fields["type"]).enum = ["text", "tool_use", "tool_result"]
+    content.required = ["type"]
+    content.any_of = [
+        Schema(required=["text"], properties={"type": Schema(const="text"), "text": Schema(type=OpenAPIType.STRING)}),
+        Schema(
+            required=["id", "name"],
+            properties={
+                "type": Schema(const="tool_use"),
+                "id": Schema(type=OpenAPIType.STRING),
+                "name": Schema(type=OpenAPIType.STRING),
+            },
+        ),
+        Schema(
+            required=["tool_use_id"],
+            properties={"type": Schema(const="tool_result"), "tool_use_id": Schema(type=OpenAPIType.STRING)},
+        ),
+    ]
+    only = {
+        "user": Schema(enum=["text", "tool_result"]),
+        "assistant": Schema(enum=["text", "tool_use"]),
+    }
+    message.any_of = [
+        Schema(
+            properties={
+                "role": Schema(const=role),
+                "content": Schema(
+                    one_of=[
+                        Schema(type=OpenAPIType.STRING),
+                        Schema(
+                            type=OpenAPIType.ARRAY,
+                            items=Schema(type=OpenAPIType.OBJECT, properties={"type": kinds}),
+                        ),
+                    ]
+                ),
+            }
+        )
+        for role, kinds in only.items()
+    ]
+    tool = schemas["ToolParam"]
+    tools = tool.properties or {}
+    tools["name"] = Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$")
+    tools["type"] = Schema(enum=[None, "custom"], description="client tools only (no server tools)")
+    tools["input_schema"] = _JSON_SCHEMA
+    choice = schemas["ToolChoiceParam"]
+    _value((choice.properties or {})["type"]).enum = ["auto", "any", "tool", "none"]
 
 
 _NULL = Schema(type=OpenAPIType.NULL)

@@ -147,6 +147,7 @@ OPENAI_FIELDS: dict[str, Honoured | Refused] = {
 }
 
 ANTHROPIC_MESSAGES = "integration/gateway/test_anthropic_messages.py"
+ANTHROPIC_TOOLS = "integration/gateway/test_anthropic_tools.py"
 ANTHROPIC_FIELDS: dict[str, Honoured | Refused] = {
     "model": Honoured(
         "billing",
@@ -187,8 +188,17 @@ ANTHROPIC_FIELDS: dict[str, Honoured | Refused] = {
         lambda c: c.params.response_format is not None and c.params.response_format.type == "json_schema",
         "fast/services/test_response_format.py::test_anthropic_output_config_format_is_honoured",
     ),
-    "tools": Refused([{"name": "f", "input_schema": {"type": "object"}}]),
-    "tool_choice": Refused({"type": "auto"}),
+    "tools": Honoured(
+        [{"name": "f", "input_schema": {"type": "object"}}],
+        lambda c: c.params.tools is not None and [f.name for f in c.params.tools.functions] == ["f"],
+        ANTHROPIC_TOOLS + "::test_any_answers_with_tool_use_blocks_valid_against_their_schemas",
+    ),
+    "tool_choice": Honoured(
+        {"type": "any"},
+        lambda c: c.params.tools is not None and c.params.tools.choice == "required",
+        ANTHROPIC_TOOLS + "::test_any_answers_with_tool_use_blocks_valid_against_their_schemas",
+        alongside=(("tools", [{"name": "f", "input_schema": {"type": "object"}}]),),
+    ),
     "thinking": Refused({"type": "enabled", "budget_tokens": 1024}),
     "service_tier": Refused("priority"),
     "cache_control": Refused({"type": "ephemeral"}),
@@ -292,8 +302,7 @@ def test_a_refused_field_is_a_400_naming_it(surface: str, name: str) -> None:
             {"store": False, "service_tier": "auto", "modalities": ["text"]},
         ),
         ("openai", {"logprobs": False, "top_logprobs": 0, "metadata": {}, "n": 1, "function_call": "none"}),
-        ("anthropic", {"thinking": {"type": "disabled"}, "service_tier": "auto", "tools": [], "speed": "standard"}),
-        ("anthropic", {"tool_choice": {"type": "none"}}),
+        ("anthropic", {"thinking": {"type": "disabled"}, "service_tier": "auto", "speed": "standard"}),
     ],
 )
 def test_a_refused_field_with_a_value_that_asks_for_nothing_is_accepted(surface: str, harmless: dict[str, Any]) -> None:
