@@ -254,6 +254,17 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
     _document_anthropic_tools(schemas, message)
+    # a user turn of the user's own: not only tools' results
+    only_results = Schema(
+        type=OpenAPIType.ARRAY,
+        min_items=1,
+        items=Schema(type=OpenAPIType.OBJECT, properties={"type": Schema(const="tool_result")}),
+    )
+    _value(fields["messages"]).contains = Schema(
+        type=OpenAPIType.OBJECT,
+        required=["role", "content"],
+        properties={"role": Schema(const="user"), "content": Schema(schema_not=only_results)},
+    )
 
 
 def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema) -> None:
