@@ -33,9 +33,10 @@ def declared_tools(
     choice_param: str = "tool_choice",
 ) -> Tools | None:
     """The request's tools from ``(name, description, parameters schema)`` triples; None when it declares
-    none (a choice other than ``none`` then is a 400: there is nothing to call)."""
+    none (then ``auto`` and ``none`` ask for text, and ``required`` or a named function is a 400: there is
+    nothing to call)."""
     if not given:
-        if (choice is not None and choice != "none") or function is not None:
+        if choice == "required" or function is not None:
             raise ApiError(
                 400,
                 f"'{choice_param}' asks for a tool call but the request declares no '{param}'",

@@ -253,7 +253,7 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     blocks = block.properties or {}
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
-    _document_anthropic_tools(schemas, message)
+    _document_anthropic_tools(schemas, message, request)
     # a user turn of the user's own: not only tools' results
     only_results = Schema(
         type=OpenAPIType.ARRAY,
@@ -267,7 +267,7 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     )
 
 
-def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema) -> None:
+def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema, request: Schema) -> None:
     """A message's blocks: ``text``, an assistant's ``tool_use``, a user's ``tool_result``; ``tools``."""
     content = schemas["ContentBlockIn"]
     fields = content.properties or {}
@@ -316,6 +316,26 @@ def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema) -> No
     tools["input_schema"] = _JSON_SCHEMA
     choice = schemas["ToolChoiceParam"]
     _value((choice.properties or {})["type"]).enum = ["auto", "any", "tool", "none"]
+    # ``tool`` names one of ``tools`` (not a thing a schema can say: a 400 otherwise); ``any`` and ``tool`` need tools
+    choice.any_of = [
+        Schema(properties={"type": Schema(enum=["auto", "any", "none"])}),
+        Schema(required=["name"], properties={"type": Schema(const="tool"), "name": Schema(type=OpenAPIType.STRING)}),
+    ]
+    request.all_of = [
+        *(request.all_of or []),
+        Schema(
+            any_of=[
+                Schema(
+                    properties={
+                        "tool_choice": Schema(
+                            one_of=[_NULL, Schema(properties={"type": Schema(enum=["auto", "none"])})]
+                        )
+                    }
+                ),
+                Schema(required=["tools"], properties={"tools": Schema(type=OpenAPIType.ARRAY, min_items=1)}),
+            ]
+        ),
+    ]
 
 
 _NULL = Schema(type=OpenAPIType.NULL)
@@ -385,7 +405,7 @@ def _document_tools(schemas: dict[str, Schema], request: Schema) -> None:
     fields["tool_choice"] = Schema(
         one_of=[Schema(enum=[None, *CHOICES]), Reference(ref="#/components/schemas/ToolChoiceIn")],
         description="`auto` (text or calls), `none` (text), `required` (calls), or a named function of `tools` "
-        "(a function it does not declare is a 400)",
+        "(a function it does not declare is a 400); `required` and a named function need `tools`",
     )
     _value(fields["tools"]).description = (
         "functions the model may call: the answer's calls are constrained to their parameters' schemas (one the "
@@ -395,7 +415,7 @@ def _document_tools(schemas: dict[str, Schema], request: Schema) -> None:
         *(request.all_of or []),
         Schema(
             any_of=[
-                Schema(properties={"tool_choice": Schema(enum=[None, "none"])}),
+                Schema(properties={"tool_choice": Schema(enum=[None, "none", "auto"])}),
                 Schema(required=["tools"], properties={"tools": Schema(type=OpenAPIType.ARRAY, min_items=1)}),
             ]
         ),
