@@ -96,6 +96,7 @@ class ToolCallParser:
         self.calls: list[ParsedCall] = []
         self._mode = "undecided"  # undecided | text | header | arguments | closing | between
         self._buffer = ""
+        self._opening = ""  # the text that opened the call being read (its marker, the space before it)
         self._depth = 0
         self._in_string = False
         self._escaped = False
@@ -113,8 +114,9 @@ class ToolCallParser:
 
     def finish(self) -> list[ToolEvent]:
         """The events the end of the answer releases (text held back while undecided)."""
-        if self._mode in ("undecided", "header") and not self.calls:
-            held, self._buffer, self._mode = self._buffer, "", "text"
+        if self._mode in ("undecided", "header") and not self.calls:  # no call after all: it was text
+            held = (self._opening if self._mode == "header" else "") + self._buffer
+            self._buffer, self._mode = "", "text"
             if held:
                 self.text += held
                 return [TextDelta(held)]
@@ -138,6 +140,7 @@ class ToolCallParser:
     def _expect_open(self, events: list[ToolEvent]) -> None:
         buffer = self._buffer.lstrip()  # the template's space before an answer, a newline between calls
         if buffer.startswith(CALL_OPEN):
+            self._opening = self._buffer[: len(self._buffer) - len(buffer) + len(CALL_OPEN)]
             self._buffer, self._mode = buffer[len(CALL_OPEN) :], "header"
         elif not CALL_OPEN.startswith(buffer):  # not a call: text (at the start) or what follows the calls
             if self._mode == "undecided":
@@ -151,7 +154,7 @@ class ToolCallParser:
         match = _HEADER.match(self._buffer)
         if match is None or match.end() == len(self._buffer):  # (the arguments' leading spaces may follow)
             if len(self._buffer) > _MAX_HEADER and not self.calls:
-                self._buffer, self._mode = CALL_OPEN + self._buffer, "text"
+                self._buffer, self._mode = self._opening + self._buffer, "text"
             return
         name = msgspec.json.decode(f'"{match.group(1)}"'.encode(), type=str)
         self.calls.append(ParsedCall(name=name))

@@ -55,7 +55,9 @@ def test_streamed_pieces_give_the_same_calls(size: int) -> None:
     assert not any(isinstance(e, TextDelta) for e in events)
 
 
-@pytest.mark.parametrize("text", ["hello", " hello <tool_call>", "<tool", "<to be or not", ""])
+@pytest.mark.parametrize(
+    "text", ["hello", " hello <tool_call>", "<tool", "<to be or not", "", ' <tool_call>{"na', "<tool_call>" + "x" * 300]
+)
 def test_text_is_text(text: str) -> None:
     parser = ToolCallParser()
     events = [*parser.feed(text), *parser.finish()]
