@@ -4,10 +4,14 @@ wrote them, and the whitespace the template shows before an answer written befor
 
 from __future__ import annotations
 
+import pytest
+
+from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.inference.templates import CHATML, PLAIN_CHAT
 from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import ChatMessage, GenerateRequest, SamplingParams, ToolFunction, Tools
 from nrt.hosting.prompts import answer_lead, generation_request
+from nrt.hosting.remote.answer import remote_call
 
 MANIFEST = parse_manifest(
     """
@@ -52,3 +56,17 @@ def test_a_conversation_with_calls_and_results_extends_the_turn_before() -> None
 def test_the_answer_lead_of_templates() -> None:
     assert answer_lead(PLAIN_CHAT) == " "
     assert answer_lead(CHATML) == ""
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools"),
+    [((ChatMessage("user", "hi"),), TOOLS), ((ChatMessage("user", "hi"), ChatMessage("tool", "3")), None)],
+)
+def test_a_remote_model_refuses_tools_clearly(messages: tuple[ChatMessage, ...], tools: Tools | None) -> None:
+    request = GenerateRequest(
+        request_id="r", model_id="chat", manifest_version=1, messages=messages, params=SamplingParams(tools=tools)
+    )
+    with pytest.raises(RemoteError) as caught:
+        remote_call(request, None)
+    assert (caught.value.status, caught.value.code) == (400, "unsupported_parameter")
+    assert "remote models" in caught.value.message
