@@ -35,9 +35,14 @@ _HEADER = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s
 _MAX_HEADER = 256 + len(CALL_OPEN)  # a call's header longer than this is no header: the answer is text
 
 
+def call_header(name: str) -> str:
+    """A call's text up to its arguments: ``<tool_call>{"name": "add", "arguments": ``."""
+    return f'{CALL_OPEN}{{"name": {msgspec.json.encode(name).decode()}, "arguments": '
+
+
 def call_text(name: str, arguments: str) -> str:
     """One call as the model writes it; ``arguments``: the JSON text of its arguments, verbatim."""
-    return f'{CALL_OPEN}{{"name": {msgspec.json.encode(name).decode()}, "arguments": {arguments or "{}"}}}'
+    return f"{call_header(name)}{arguments or '{}'}}}"
 
 
 def calls_text(calls: Iterable[tuple[str, str]]) -> str:

@@ -10,8 +10,13 @@ from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.inference.templates import CHATML, PLAIN_CHAT
 from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import ChatMessage, GenerateRequest, SamplingParams, ToolFunction, Tools
+from nrt.core.tool_calls import parse_answer
+from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.prompts import answer_lead, generation_request
+from nrt.hosting.remote import anthropic_messages, openai_chat
 from nrt.hosting.remote.answer import remote_call
+from nrt.hosting.remote.call import RemoteCall
+from nrt.hosting.remote.openai_tools import CallsText
 
 MANIFEST = parse_manifest(
     """
@@ -25,6 +30,7 @@ routing: {entry: router, dispatch_rule: router.output.intent -> specialists.chat
 )
 TOOLS = Tools(functions=(ToolFunction(name="add", description="Add", parameters='{"type": "object"}'),))
 CALL = '<tool_call>{"name": "add", "arguments": {}}'
+ENDPOINT = RemoteEndpoint(base_url="http://127.0.0.1:9/v1", model="m", protocol="openai")
 
 
 def _prompt(*messages: ChatMessage, tools: Tools | None = TOOLS) -> str:
@@ -58,15 +64,70 @@ def test_the_answer_lead_of_templates() -> None:
     assert answer_lead(CHATML) == ""
 
 
-@pytest.mark.parametrize(
-    ("messages", "tools"),
-    [((ChatMessage("user", "hi"),), TOOLS), ((ChatMessage("user", "hi"), ChatMessage("tool", "3")), None)],
+CONVERSATION = (
+    ChatMessage("user", "hi"),
+    ChatMessage("assistant", CALL + '\n<tool_call>{"name": "add", "arguments": {"a": 1}}'),
+    ChatMessage("tool", "3"),
+    ChatMessage("tool", "4"),
 )
-def test_a_remote_model_refuses_tools_clearly(messages: tuple[ChatMessage, ...], tools: Tools | None) -> None:
+
+
+def _remote(tools: Tools | None) -> RemoteCall:
     request = GenerateRequest(
-        request_id="r", model_id="chat", manifest_version=1, messages=messages, params=SamplingParams(tools=tools)
+        request_id="r",
+        model_id="chat",
+        manifest_version=1,
+        messages=CONVERSATION,
+        params=SamplingParams(max_tokens=5, tools=tools),
     )
+    return remote_call(request, None)
+
+
+def test_an_openai_endpoint_gets_the_tools_and_the_conversation_in_its_own_shape() -> None:
+    named = Tools(functions=TOOLS.functions, choice="required", function="add", parallel=False)
+    body = openai_chat.request_body(ENDPOINT, _remote(named))
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": "add", "description": "Add", "parameters": {"type": "object"}}}
+    ]
+    assert (body["tool_choice"], body["parallel_tool_calls"]) == (
+        {"type": "function", "function": {"name": "add"}},
+        False,
+    )
+    assert body["messages"] == [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1_0", "type": "function", "function": {"name": "add", "arguments": "{}"}},
+                {"id": "call_1_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "3"},
+        {"role": "tool", "tool_call_id": "call_1_1", "content": "4"},
+    ]
+
+
+def test_an_endpoints_streamed_calls_are_written_in_nrts_format() -> None:
+    writer = CallsText()
+    text = "".join(
+        [
+            writer.delta(0, "add", ""),
+            writer.delta(0, None, '{"a": '),
+            writer.delta(0, None, "1}"),
+            writer.delta(1, "f", "{}"),
+            writer.end(),
+        ]
+    )
+    parsed = parse_answer(text)
+    assert [(c.name, c.arguments, c.complete) for c in parsed.calls] == [("add", '{"a": 1}', True), ("f", "{}", True)]
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None])
+def test_an_anthropic_endpoint_refuses_tools_clearly(tools: Tools | None) -> None:
     with pytest.raises(RemoteError) as caught:
-        remote_call(request, None)
+        anthropic_messages.request_body(
+            RemoteEndpoint(base_url="http://127.0.0.1:9", model="m", protocol="anthropic"), _remote(tools)
+        )
     assert (caught.value.status, caught.value.code) == (400, "unsupported_parameter")
-    assert "remote models" in caught.value.message
+    assert "Anthropic endpoint" in caught.value.message

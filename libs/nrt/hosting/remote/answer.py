@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from nrt.adapters.bus.errors import BadRequest
 from nrt.core.manifest import ModelSpec
 from nrt.core.protocol import ChatMessage, GenerateChunk, GenerateRequest
 from nrt.hosting.model_sources import RemoteEndpoint
@@ -19,12 +18,6 @@ WIRES: dict[str, Wire] = {"openai": openai_chat.chat, "anthropic": anthropic_mes
 
 def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
     """The call for ``request``: a raw prompt as one user turn; the client's settings over the manifest's."""
-    if request.params.tools is not None or any(m.role == "tool" for m in request.messages):
-        raise BadRequest(
-            "client tools are not supported by remote models yet (NRT's tool-call format is for the models it "
-            "runs itself); send the request to a local model, or without tools",
-            code="unsupported_parameter",
-        )
     messages = (ChatMessage("user", request.prompt),) if request.prompt is not None else request.messages
     chosen = requested_generation(request.params, spec)
     return RemoteCall(
@@ -40,6 +33,7 @@ def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
         frequency_penalty=request.params.frequency_penalty,
         logit_bias=request.params.logit_bias,
         logprobs=request.params.logprobs,
+        tools=request.params.tools,
     )
 
 

@@ -122,6 +122,12 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
                 f"'{name}' is not supported by this model's Anthropic endpoint; send the request without it",
                 code="unsupported_parameter",
             )
+    if call.has_tools:
+        raise BadRequest(
+            "client tools are not supported by this model's Anthropic endpoint yet (an OpenAI-compatible "
+            "endpoint takes them); send the request to another model, or without tools",
+            code="unsupported_parameter",
+        )
     system = "\n\n".join(m.content for m in call.messages if m.role == "system")
     body: dict[str, object] = {
         "model": endpoint.model,
