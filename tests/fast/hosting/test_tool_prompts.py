@@ -1,12 +1,10 @@
 """A request's tools in the prompt the worker renders: described in the system message (merged with the
 client's own, or one of their own), a tool's result a user turn, an earlier turn's calls as the model
-wrote them, and the whitespace the template shows before an answer written before the calls. Pure."""
+wrote them, and the whitespace the template shows before an answer written before the calls; and in a
+remote endpoint's own shape (OpenAI's, Anthropic's), its calls written back in NRT's. Pure."""
 
 from __future__ import annotations
 
-import pytest
-
-from nrt.adapters.bus.errors import RemoteError
 from nrt.adapters.inference.templates import CHATML, PLAIN_CHAT
 from nrt.core.manifest import parse_manifest
 from nrt.core.protocol import ChatMessage, GenerateRequest, SamplingParams, ToolFunction, Tools
@@ -16,7 +14,7 @@ from nrt.hosting.prompts import answer_lead, generation_request
 from nrt.hosting.remote import anthropic_messages, openai_chat
 from nrt.hosting.remote.answer import remote_call
 from nrt.hosting.remote.call import RemoteCall
-from nrt.hosting.remote.openai_tools import CallsText
+from nrt.hosting.remote.calls_text import CallsText
 
 MANIFEST = parse_manifest(
     """
@@ -123,11 +121,26 @@ def test_an_endpoints_streamed_calls_are_written_in_nrts_format() -> None:
     assert [(c.name, c.arguments, c.complete) for c in parsed.calls] == [("add", '{"a": 1}', True), ("f", "{}", True)]
 
 
-@pytest.mark.parametrize("tools", [TOOLS, None])
-def test_an_anthropic_endpoint_refuses_tools_clearly(tools: Tools | None) -> None:
-    with pytest.raises(RemoteError) as caught:
-        anthropic_messages.request_body(
-            RemoteEndpoint(base_url="http://127.0.0.1:9", model="m", protocol="anthropic"), _remote(tools)
-        )
-    assert (caught.value.status, caught.value.code) == (400, "unsupported_parameter")
-    assert "Anthropic endpoint" in caught.value.message
+def test_an_anthropic_endpoint_gets_the_tools_and_the_conversation_in_its_own_shape() -> None:
+    body = anthropic_messages.request_body(
+        RemoteEndpoint(base_url="http://127.0.0.1:9", model="m", protocol="anthropic"), _remote(TOOLS)
+    )
+    assert body["tools"] == [{"name": "add", "input_schema": {"type": "object"}, "description": "Add"}]
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": False}
+    assert body["messages"] == [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1_0", "name": "add", "input": {}},
+                {"type": "tool_use", "id": "toolu_1_1", "name": "add", "input": {"a": 1}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1_0", "content": "3"},
+                {"type": "tool_result", "tool_use_id": "toolu_1_1", "content": "4"},
+            ],
+        },
+    ]

@@ -423,12 +423,14 @@ TOOLS: Any = [
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_client_tools_go_to_an_openai_remote_in_its_shape_and_its_calls_come_back(
-    local: Stack, remote: Stack, stream: bool
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_client_tools_go_to_a_remote_in_its_shape_and_its_calls_come_back(
+    local: Stack, anthropic_local: Stack, wire: str, stream: bool
 ) -> None:
-    """The remote stack takes the tools as OpenAI's; its calls come back to the client as this gateway's
-    tool calls, and a tool's result continues the conversation there."""
-    client = local.client()
+    """The remote stack takes the tools in its API's shape (OpenAI's, or Anthropic's on its /v1/messages);
+    its calls come back to the client as this gateway's tool calls, and a tool's result continues the
+    conversation there."""
+    client = (local if wire == "openai" else anthropic_local).client()
     asked: Any = dict(
         model="billing",
         messages=MESSAGES,

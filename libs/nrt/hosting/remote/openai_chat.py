@@ -15,7 +15,8 @@ from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
-from nrt.hosting.remote.openai_tools import CallsText, calls_answer, tools_fields, wire_messages
+from nrt.hosting.remote.calls_text import CallsText, calls_answer
+from nrt.hosting.remote.openai_tools import tools_fields, wire_messages
 from nrt.hosting.remote.transport import RemoteClient
 
 DONE = "[DONE]"

@@ -4,7 +4,7 @@ The request's tools become OpenAI's ``tools`` / ``tool_choice`` / ``parallel_too
 conversation's calls and results, which travel in NRT's text format (``nrt.core.tool_calls``), become
 an assistant message's ``tool_calls`` and ``role: "tool"`` messages (each result answers the calls
 before it, in order: the ids are made here, consistent within the conversation); and the endpoint's
-calls come back written in NRT's text format (:class:`CallsText`), so the gateway reads them as it
+calls come back written in NRT's text format (``nrt.hosting.remote.calls_text``), so the gateway reads them as it
 reads a local model's (an answer is text or calls: an endpoint's text before its calls is dropped).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from nrt.core.protocol import ChatMessage, Tools
-from nrt.core.tool_calls import CALL_OPEN, CALL_SEPARATOR, call_header, call_text, parse_answer
+from nrt.core.tool_calls import CALL_OPEN, CALL_SEPARATOR, parse_answer
 
 
 def tools_fields(tools: Tools) -> dict[str, object]:
@@ -43,7 +43,7 @@ def wire_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, object]]:
             call_id = pending.pop(0) if pending else f"call_{len(out)}"
             out.append({"role": "tool", "tool_call_id": call_id, "content": message.content})
             continue
-        text, calls = _split(message.content) if message.role == "assistant" else (message.content, "")
+        text, calls = split_calls(message.content) if message.role == "assistant" else (message.content, "")
         parsed = parse_answer(calls).calls if calls else []
         if not parsed:
             out.append({"role": message.role, "content": message.content})
@@ -58,35 +58,9 @@ def wire_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, object]]:
     return out
 
 
-def _split(content: str) -> tuple[str, str]:
+def split_calls(content: str) -> tuple[str, str]:
     """An assistant turn's text and its calls (they follow the text, each on a line of its own)."""
     if content.lstrip().startswith(CALL_OPEN):
         return "", content.lstrip()
     at = content.find(CALL_SEPARATOR + CALL_OPEN)
     return (content, "") if at < 0 else (content[:at], content[at + len(CALL_SEPARATOR) :])
-
-
-class CallsText:
-    """The endpoint's streamed tool-call deltas written in NRT's text format, piece by piece."""
-
-    def __init__(self) -> None:
-        self.open: int | None = None  # the index of the call being written
-
-    def delta(self, index: int, name: str | None, arguments: str | None) -> str:
-        """The text a delta of call ``index`` adds (its header when it is the call's first)."""
-        out = ""
-        if index != self.open:
-            if self.open is not None:
-                out += "}" + CALL_SEPARATOR
-            out += call_header(name or "")
-            self.open = index
-        return out + (arguments or "")
-
-    def end(self) -> str:
-        """The text that closes the last call."""
-        return "}" if self.open is not None else ""
-
-
-def calls_answer(calls: list[tuple[str, str]]) -> str:
-    """A whole answer's calls ``(name, arguments)`` in NRT's text format."""
-    return CALL_SEPARATOR.join(call_text(name, arguments) for name, arguments in calls)
