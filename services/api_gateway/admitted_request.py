@@ -49,7 +49,7 @@ from nrt.adapters.bus import tracing
 from nrt.adapters.bus.errors import RemoteError
 from nrt.core.events import RequestAdmitted
 from nrt.core.manifest import Manifest
-from nrt.core.protocol import InboxFrame, RouteRequest
+from nrt.core.protocol import InboxFrame, RouteRequest, constrained_by, constraint_text
 from nrt.core.routing import routing_text
 
 tracer = trace.get_tracer("api_gateway")
@@ -70,10 +70,12 @@ class AdmittedRequest:
         span: Span,
         key_id: str | None,
         prompt: str | None = None,
+        record_prompts: bool = False,
     ) -> None:
         self.cluster_link, self.bus, self.call, self.transcript, self.span = cluster_link, bus, call, transcript, span
         self.key_id = key_id  # the API key the usage is recorded for (None: no key, with authentication off)
         self.prompt = prompt  # the routing text, recorded with RequestAdmitted (audit.record_prompts)
+        self.record_prompts = record_prompts  # the manifest in force records prompts (and constraints' text)
         self.replies = ReplyStream(bus.nc, bus.inboxes, cluster_link.settings)
         self.ended = False
         self.route: RouteRequest | None = None
@@ -103,6 +105,8 @@ class AdmittedRequest:
                 key_id=self.key_id,
                 prompt=self.prompt,
                 gateway_id=self.cluster_link.gateway_id,
+                constrained=constrained_by(self.call.params),
+                constraint=constraint_text(self.call.params) if self.record_prompts else None,
             )
         )
         route = RouteRequest(
@@ -255,9 +259,11 @@ async def start_request(
             started=started,
             created=int(started_wall),
             started_wall=started_wall,
+            tools=call.params.tools,
         )
         prompt = recorded_prompt(admission.manifest, call, routed)
-        admitted = AdmittedRequest(cluster_link, bus, call, transcript, span, caller(request).key_id, prompt)
+        record = admission.manifest.audit.record_prompts
+        admitted = AdmittedRequest(cluster_link, bus, call, transcript, span, caller(request).key_id, prompt, record)
         try:
             await admitted.start()
             return admitted, await admitted.next_text()  # the HTTP answer starts with the first token

@@ -16,15 +16,30 @@ from api_gateway.openai_types import NrtInfo
 
 
 class BlockIn(msgspec.Struct, kw_only=True):
-    """A content block of a request; only ``text`` blocks are accepted (the others are refused by name)."""
+    """A text block (``system``, a tool's result); only ``text`` blocks are accepted (others are refused by name)."""
 
     type: str
     text: str | None = None
 
 
+class ContentBlockIn(msgspec.Struct, kw_only=True):
+    """A message's content block: ``text``; an assistant turn's ``tool_use`` (a call it made: id, name,
+    input); a user turn's ``tool_result`` (tool_use_id, content). Other blocks are refused by name."""
+
+    type: str
+    text: str | None = None
+    id: str | None = None  # tool_use
+    name: str | None = None  # tool_use
+    input: Any = None  # tool_use: the call's arguments (a JSON object)
+    tool_use_id: str | None = None  # tool_result: the call it answers
+    content: str | list[BlockIn] | None = None  # tool_result: its text (or text blocks)
+    is_error: bool | None = None  # tool_result: the tool failed (its content says how)
+    cache_control: Any = None  # accepted and ignored: sessions keep a conversation's cache (X-NRT-Session)
+
+
 class MessageParam(msgspec.Struct, kw_only=True):
     role: str
-    content: str | list[BlockIn]
+    content: str | list[ContentBlockIn]
 
 
 class Metadata(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -41,6 +56,24 @@ class OutputFormat(msgspec.Struct, kw_only=True):
 class OutputConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: OutputFormat | None = None  # constrained decoding (api_gateway.response_format)
     effort: Any = None  # refused when given: no model here reasons
+
+
+class ToolParam(msgspec.Struct, kw_only=True):
+    """A client tool: its name, what it does, its input's JSON Schema (``type``: custom, or absent)."""
+
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    type: str | None = None  # "custom" (Anthropic's server tools, e.g. bash_20250124, are refused)
+    cache_control: Any = None  # accepted and ignored (as on blocks)
+
+
+class ToolChoiceParam(msgspec.Struct, kw_only=True):
+    """``auto`` (text or calls), ``any`` (calls), ``tool`` (the call of ``name``), ``none`` (text)."""
+
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
 
 
 class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -61,9 +94,9 @@ class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metadata: Metadata | None = None
     output_config: OutputConfig | None = None  # its ``format`` constrains the answer to a JSON schema
     output_format: OutputFormat | None = None  # the same, as the structured-outputs beta first named it
+    tools: list[ToolParam] | None = None  # client tools (api_gateway.client_tools)
+    tool_choice: ToolChoiceParam | None = None
     # refused unless absent or harmless (api_gateway.fields): typed loosely so that the 400 names them
-    tools: list[Any] | None = None
-    tool_choice: Any = None
     thinking: Any = None
     service_tier: Any = None
     cache_control: Any = None
@@ -77,7 +110,7 @@ class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 # -- responses --------------------------------------------------------------------------
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence"]
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
 class TextBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
@@ -85,11 +118,12 @@ class TextBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
 
 
 class ToolUseBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_use"):
-    """The router hop: ``dispatch_to_specialist`` with input ``{intent, target}``."""
+    """A call of a client tool (``toolu_...``), or the router hop: ``dispatch_to_specialist`` with input
+    ``{intent, target}`` (only when the request declares no tools)."""
 
     id: str
     name: str
-    input: dict[str, str | None]
+    input: dict[str, Any]
 
 
 ContentBlock = TextBlock | ToolUseBlock

@@ -74,9 +74,11 @@ async def _events(admitted: AdmittedRequest, first: str | None) -> AsyncIterator
     try:
         # the role, the router hop and the first token in one write: the client has them at once
         opening = sse(t.opening_chunk())
-        yield opening + sse(t.content_chunk(first)) if first else opening
+        yield opening + b"".join(sse(chunk) for chunk in t.content_chunks(first)) if first else opening
         async for text in admitted.remaining_texts(first):
-            yield sse(t.content_chunk(text))
+            chunks = t.content_chunks(text)  # none while a tool call's start is being read
+            if chunks:
+                yield b"".join(sse(chunk) for chunk in chunks)
         for chunk in t.closing_chunks(time.perf_counter(), admitted.call.include_usage):
             yield sse(chunk)
         admitted.complete()

@@ -85,10 +85,10 @@ def feed_query(types: str | None, last: int, *, admin: bool) -> FeedQuery:
 
 
 def shown(event: AnyEvent, data: bytes, *, admin: bool) -> bytes:
-    """The event's JSON as the feed shows it: a recorded request text only to an admin key."""
-    if admin or not isinstance(event, RequestAdmitted) or event.prompt is None:
+    """The event's JSON as the feed shows it: a recorded request text (and its constraint's) only to an admin key."""
+    if admin or not isinstance(event, RequestAdmitted) or (event.prompt is None and event.constraint is None):
         return data
-    return encode(msgspec.structs.replace(event, prompt=None))
+    return encode(msgspec.structs.replace(event, prompt=None, constraint=None))
 
 
 def sse_frame(sequence: int, type_name: str, data: bytes) -> bytes:

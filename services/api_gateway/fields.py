@@ -16,13 +16,10 @@ from typing import Any
 from api_gateway.errors import ApiError
 
 # field -> (the values that ask for nothing unsupported, why the others are refused)
-_TOOLS = "no model of this cluster calls client tools (the router's dispatch_to_specialist hop is the only tool call)"
+_FUNCTIONS = "the deprecated function calls are not supported: declare 'tools' (and 'tool_choice')"
 OPENAI_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "tools": (([],), _TOOLS),
-    "tool_choice": (("none",), _TOOLS),
-    "parallel_tool_calls": ((), _TOOLS),
-    "functions": (([],), _TOOLS),
-    "function_call": (("none",), _TOOLS),
+    "functions": (([],), _FUNCTIONS),
+    "function_call": (("none",), _FUNCTIONS),
     "service_tier": (("auto", "default"), "this cluster has one service tier: send 'auto' or 'default'"),
     "store": ((False,), "this cluster does not store completions for later retrieval"),
     "metadata": (({},), "metadata is only kept with stored completions, and this cluster stores none"),
@@ -40,8 +37,6 @@ OPENAI_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 ANTHROPIC_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "tools": (([],), _TOOLS),
-    "tool_choice": (({"type": "none"},), _TOOLS),
     "thinking": (({"type": "disabled"},), "the models of this cluster do not think before answering"),
     "service_tier": (("auto", "standard_only"), "this cluster has one service tier: send 'auto' or 'standard_only'"),
     "cache_control": ((), "use the X-NRT-Session header (or metadata.user_id) to keep a conversation's cache"),

@@ -146,9 +146,11 @@ async def _events(admitted: AdmittedRequest, shape: MessageShape, first: str | N
     try:
         # the message, the router hop and the first token in one write: the client has them at once
         opening = b"".join(sse_event(event) for event in shape.opening())
-        yield opening + sse_event(shape.text_delta(first)) if first else opening
+        yield opening + b"".join(sse_event(event) for event in shape.deltas(first)) if first else opening
         async for text in admitted.remaining_texts(first):
-            yield sse_event(shape.text_delta(text))
+            events = shape.deltas(text)  # none while a tool call's start is being read
+            if events:
+                yield b"".join(sse_event(event) for event in events)
         yield b"".join(sse_event(event) for event in shape.closing(time.perf_counter()))
         admitted.complete()
     except ApiError as error:  # the admitted failed (and recorded it)

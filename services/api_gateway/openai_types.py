@@ -18,14 +18,52 @@ class ContentPart(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
+class FunctionCallIn(msgspec.Struct, kw_only=True):
+    """An earlier turn's call: the function's name and its arguments as JSON text (as the answer gave them)."""
+
+    name: str
+    arguments: str
+
+
+class ToolCallIn(msgspec.Struct, kw_only=True):
+    id: str
+    type: str = "function"
+    function: FunctionCallIn
+
+
 class MessageIn(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    # an earlier turn's tool calls (refused when not empty, as client tools are: api_gateway.validate)
-    tool_calls: list[Any] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant turn's calls (api_gateway.client_tools)
+    tool_call_id: str | None = None  # role "tool": the call this message is the result of
     function_call: Any = None
     audio: Any = None
+
+
+class FunctionIn(msgspec.Struct, kw_only=True):
+    """A tool's function: its name (1-64 letters, digits, _ or -), what it does, its parameters' JSON Schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # absent: no parameters
+    strict: bool | None = None  # NRT always constrains: every call follows the schema
+
+
+class ToolIn(msgspec.Struct, kw_only=True):
+    type: str  # "function" (the only kind NRT's models call)
+    function: FunctionIn | None = None
+
+
+class NamedFunction(msgspec.Struct, kw_only=True):
+    name: str
+
+
+class ToolChoiceIn(msgspec.Struct, kw_only=True):
+    """``tool_choice`` naming the function the answer must call."""
+
+    type: str  # "function"
+    function: NamedFunction | None = None
 
 
 class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -72,10 +110,10 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
     logprobs: bool | None = None  # each answer token's log-probability (choices[].logprobs.content)
     top_logprobs: TopLogprobs | None = None  # and this many alternatives per token (needs logprobs)
+    tools: list[ToolIn] | None = None  # client tools (api_gateway.client_tools)
+    tool_choice: str | ToolChoiceIn | None = None  # auto | none | required | a named function
+    parallel_tool_calls: bool | None = None  # several calls in one answer (default true)
     # refused unless absent or harmless (api_gateway.fields): typed loosely so that the 400 names them
-    tools: list[Any] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
     service_tier: Any = None
@@ -108,11 +146,18 @@ class ToolCall(msgspec.Struct, kw_only=True):
     function: FunctionCall
 
 
-class ToolCallDelta(msgspec.Struct, kw_only=True):
+class FunctionFragment(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallFragment(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A streamed tool call's piece: its index, then (first) its id, type and name, then argument text."""
+
     index: int
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionFragment
 
 
 class ResponseMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -210,7 +255,7 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallFragment] | None = None
 
 
 class ChunkChoice(msgspec.Struct, kw_only=True):

@@ -31,6 +31,7 @@ from litestar.openapi.spec.operation import Operation
 from api_gateway import anthropic_types, endpoint_types, openai_types
 from api_gateway.anthropic_types import MessagesRequest
 from api_gateway.bounds import MAX_TOKENS, bound_of
+from api_gateway.client_tools import CHOICES
 from api_gateway.fields import ANTHROPIC_REFUSED, OPENAI_REFUSED
 from api_gateway.openai_types import ChatCompletionRequest, ErrorResponse
 from api_gateway.response_format import NAME, OPENAI_TYPES
@@ -186,15 +187,35 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     ]
     roles = message.properties or {}
     _value(roles["role"]).enum = list(ROLES)
-    # an earlier turn's tool calls and audio are refused: no model here calls client tools or speaks audio
-    roles["tool_calls"] = Schema(one_of=[_NULL, Schema(type=OpenAPIType.ARRAY, max_items=0)])
+    # the deprecated function calls and audio are refused: send tool_calls; no model here speaks audio
     for name in ("function_call", "audio"):
         roles[name] = _NULL
-    # content may be left out (or null) by the assistant only
-    message.any_of = [
-        Schema(properties={"role": Schema(const="assistant")}),
-        Schema(required=["content"], properties={"content": Schema(type=[OpenAPIType.STRING, OpenAPIType.ARRAY])}),
+    message.all_of = [
+        # content may be left out (or null) by the assistant only
+        Schema(
+            any_of=[
+                Schema(properties={"role": Schema(const="assistant")}),
+                Schema(
+                    required=["content"],
+                    properties={"content": Schema(type=[OpenAPIType.STRING, OpenAPIType.ARRAY])},
+                ),
+            ]
+        ),
+        # a tool's result names the call it answers; only the assistant's turn carries calls
+        Schema(
+            any_of=[
+                Schema(required=["role", "tool_call_id"], properties={"tool_call_id": Schema(min_length=1)}),
+                Schema(properties={"role": Schema(enum=[r for r in ROLES if r != "tool"])}),
+            ]
+        ),
+        Schema(
+            any_of=[
+                Schema(properties={"role": Schema(const="assistant")}),
+                Schema(properties={"tool_calls": Schema(enum=[None, []])}),
+            ]
+        ),
     ]
+    _document_tools(schemas, request)
     part.required = ["text", "type"]
     parts = part.properties or {}
     _value(parts["type"]).const = "text"
@@ -232,6 +253,89 @@ def document_messages_request(openapi: OpenAPI, max_tokens_limit: int, max_messa
     blocks = block.properties or {}
     _value(blocks["type"]).const = "text"
     blocks["text"] = Schema(type=OpenAPIType.STRING)
+    _document_anthropic_tools(schemas, message, request)
+    # a user turn of the user's own: not only tools' results
+    only_results = Schema(
+        type=OpenAPIType.ARRAY,
+        min_items=1,
+        items=Schema(type=OpenAPIType.OBJECT, properties={"type": Schema(const="tool_result")}),
+    )
+    _value(fields["messages"]).contains = Schema(
+        type=OpenAPIType.OBJECT,
+        required=["role", "content"],
+        properties={"role": Schema(const="user"), "content": Schema(schema_not=only_results)},
+    )
+
+
+def _document_anthropic_tools(schemas: dict[str, Schema], message: Schema, request: Schema) -> None:
+    """A message's blocks: ``text``, an assistant's ``tool_use``, a user's ``tool_result``; ``tools``."""
+    content = schemas["ContentBlockIn"]
+    fields = content.properties or {}
+    _value(fields["type"]).enum = ["text", "tool_use", "tool_result"]
+    content.required = ["type"]
+    content.any_of = [
+        Schema(required=["text"], properties={"type": Schema(const="text"), "text": Schema(type=OpenAPIType.STRING)}),
+        Schema(
+            required=["id", "name"],
+            properties={
+                "type": Schema(const="tool_use"),
+                "id": Schema(type=OpenAPIType.STRING),
+                "name": Schema(type=OpenAPIType.STRING),
+            },
+        ),
+        Schema(
+            required=["tool_use_id"],
+            properties={"type": Schema(const="tool_result"), "tool_use_id": Schema(type=OpenAPIType.STRING)},
+        ),
+    ]
+    only = {
+        "user": Schema(enum=["text", "tool_result"]),
+        "assistant": Schema(enum=["text", "tool_use"]),
+    }
+    message.any_of = [
+        Schema(
+            properties={
+                "role": Schema(const=role),
+                "content": Schema(
+                    one_of=[
+                        Schema(type=OpenAPIType.STRING),
+                        Schema(
+                            type=OpenAPIType.ARRAY,
+                            items=Schema(type=OpenAPIType.OBJECT, properties={"type": kinds}),
+                        ),
+                    ]
+                ),
+            }
+        )
+        for role, kinds in only.items()
+    ]
+    tool = schemas["ToolParam"]
+    tools = tool.properties or {}
+    tools["name"] = Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$")
+    tools["type"] = Schema(enum=[None, "custom"], description="client tools only (no server tools)")
+    tools["input_schema"] = _JSON_SCHEMA
+    choice = schemas["ToolChoiceParam"]
+    _value((choice.properties or {})["type"]).enum = ["auto", "any", "tool", "none"]
+    # ``tool`` names one of ``tools`` (not a thing a schema can say: a 400 otherwise); ``any`` and ``tool`` need tools
+    choice.any_of = [
+        Schema(properties={"type": Schema(enum=["auto", "any", "none"])}),
+        Schema(required=["name"], properties={"type": Schema(const="tool"), "name": Schema(type=OpenAPIType.STRING)}),
+    ]
+    request.all_of = [
+        *(request.all_of or []),
+        Schema(
+            any_of=[
+                Schema(
+                    properties={
+                        "tool_choice": Schema(
+                            one_of=[_NULL, Schema(properties={"type": Schema(enum=["auto", "none"])})]
+                        )
+                    }
+                ),
+                Schema(required=["tools"], properties={"tools": Schema(type=OpenAPIType.ARRAY, min_items=1)}),
+            ]
+        ),
+    ]
 
 
 _NULL = Schema(type=OpenAPIType.NULL)
@@ -279,6 +383,43 @@ def _document_response_format(schemas: dict[str, Schema]) -> None:
     fields = json_schema.properties or {}
     fields["name"] = Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$")
     fields["schema"] = _JSON_SCHEMA
+
+
+def _document_tools(schemas: dict[str, Schema], request: Schema) -> None:
+    """``tools`` (functions named as OpenAI names them, their parameters a JSON Schema) and ``tool_choice``
+    (a mode, or a named function of ``tools``; anything but ``none`` needs tools)."""
+    tool, function, choice = schemas["ToolIn"], schemas["FunctionIn"], schemas["ToolChoiceIn"]
+    tool.required = ["function", "type"]
+    tools = tool.properties or {}
+    _value(tools["type"]).const = "function"
+    tools["function"] = Reference(ref="#/components/schemas/FunctionIn")
+    functions = function.properties or {}
+    functions["name"] = Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$")
+    functions["parameters"] = Schema(
+        one_of=[_NULL, _JSON_SCHEMA], description="the parameters' JSON Schema (absent: no parameters)"
+    )
+    choice.required = ["function", "type"]
+    _value((choice.properties or {})["type"]).const = "function"
+    (choice.properties or {})["function"] = Reference(ref="#/components/schemas/NamedFunction")
+    fields = request.properties or {}
+    fields["tool_choice"] = Schema(
+        one_of=[Schema(enum=[None, *CHOICES]), Reference(ref="#/components/schemas/ToolChoiceIn")],
+        description="`auto` (text or calls), `none` (text), `required` (calls), or a named function of `tools` "
+        "(a function it does not declare is a 400); `required` and a named function need `tools`",
+    )
+    _value(fields["tools"]).description = (
+        "functions the model may call: the answer's calls are constrained to their parameters' schemas (one the "
+        "grammar engine cannot compile is a 400, code `invalid_response_format`)"
+    )
+    request.all_of = [
+        *(request.all_of or []),
+        Schema(
+            any_of=[
+                Schema(properties={"tool_choice": Schema(enum=[None, "none", "auto"])}),
+                Schema(required=["tools"], properties={"tools": Schema(type=OpenAPIType.ARRAY, min_items=1)}),
+            ]
+        ),
+    ]
 
 
 def _value(schema: Schema | Reference) -> Schema:

@@ -22,15 +22,17 @@ from api_gateway.openai_types import (
     ChunkChoice,
     Delta,
     FunctionCall,
+    FunctionFragment,
     Hop,
     NrtInfo,
     PromptTokensDetails,
     ResponseMessage,
     ToolCall,
-    ToolCallDelta,
+    ToolCallFragment,
     Usage,
 )
-from nrt.core.protocol import Dispatch, FinishReason, GenerateChunk, TokenLogprob
+from nrt.core.protocol import Dispatch, FinishReason, GenerateChunk, TokenLogprob, Tools
+from nrt.core.tool_calls import ArgumentsDelta, CallStarted, TextDelta, ToolCallParser, ToolEvent, parse_answer
 
 TOOL_NAME = "dispatch_to_specialist"
 SSE_DONE = b"data: [DONE]\n\n"
@@ -62,6 +64,7 @@ class Transcript:
         started: float,
         created: int,
         started_wall: float = 0.0,
+        tools: Tools | None = None,
     ) -> None:
         self.request_id, self.model, self.routed = request_id, model, routed
         self.manifest_version, self.session_id = manifest_version, session_id
@@ -79,6 +82,28 @@ class Transcript:
         self._logprobs_sent = 0  # how many of them SSE chunks have carried
         self.first: GenerateChunk | None = None
         self.last: GenerateChunk | None = None
+        # the client's tools: the answer is read as text or calls (not under tool_choice none)
+        self.tools = tools
+        self.calls_parser = ToolCallParser() if tools is not None and tools.choice != "none" else None
+
+    def call_id(self, index: int, prefix: str = "call_") -> str:
+        """The id of the answer's ``index``-th tool call (``call_...``; Anthropic's ``toolu_...``):
+        the request's id and the call's index, unique and the same in every shape of the answer."""
+        return f"{prefix}{self.request_id[:24]}_{index}"
+
+    def read_calls(self, text: str) -> list[ToolEvent]:
+        """The answer's next ``text`` as text and tool-call events (streaming; one text event without tools)."""
+        if self.calls_parser is None:
+            return [TextDelta(text)] if text else []
+        return self.calls_parser.feed(text)
+
+    def end_calls(self) -> list[ToolEvent]:
+        """The events the end of the answer releases (text held back while deciding whether it was calls)."""
+        return self.calls_parser.finish() if self.calls_parser is not None else []
+
+    def parsed(self) -> ToolCallParser | None:
+        """The whole answer read as text or calls (None: the request declared no tools to call)."""
+        return parse_answer(self.text) if self.calls_parser is not None else None
 
     @property
     def id(self) -> str:
@@ -124,8 +149,10 @@ class Transcript:
     # -- pieces ---------------------------------------------------------------------------
 
     def tool_call(self) -> ToolCall | None:
+        """The router hop as a tool call, when the request was routed and declared no tools of its own
+        (with client tools, the hop is only in the ``nrt`` block: a client never sees it as a call to run)."""
         hop = self.dispatch_input()
-        if hop is None:
+        if hop is None or self.tools is not None:
             return None
         arguments = _encoder.encode(hop).decode()
         return ToolCall(id=f"call_{self.request_id[:24]}", function=FunctionCall(name=TOOL_NAME, arguments=arguments))
@@ -229,6 +256,15 @@ class Transcript:
         message = ResponseMessage(
             role="assistant", content=self.text, tool_calls=[tool_call] if tool_call is not None else None
         )
+        finish_reason: str = self.finish_reason()
+        parsed = self.parsed()
+        if parsed is not None and parsed.calls:
+            calls = [
+                ToolCall(id=self.call_id(i), function=FunctionCall(name=call.name, arguments=call.arguments))
+                for i, call in enumerate(parsed.calls)
+            ]
+            message = ResponseMessage(role="assistant", content=parsed.text or None, tool_calls=calls)
+            finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
         return ChatCompletion(
             id=self.id,
             created=self.created,
@@ -237,7 +273,7 @@ class Transcript:
                 Choice(
                     index=0,
                     message=message,
-                    finish_reason=self.finish_reason(),
+                    finish_reason=finish_reason,
                     logprobs=ChoiceLogprobs(content=self.logprobs) if self.logprobs else None,
                 )
             ],
@@ -263,20 +299,57 @@ class Transcript:
     def opening_chunk(self) -> ChatCompletionChunk:
         """The assistant role, with the router hop's tool call when the request was routed."""
         call = self.tool_call()
-        tool_calls = [ToolCallDelta(index=0, id=call.id, function=call.function)] if call is not None else None
+        tool_calls = (
+            [
+                ToolCallFragment(
+                    index=0,
+                    id=call.id,
+                    type="function",
+                    function=FunctionFragment(name=call.function.name, arguments=call.function.arguments),
+                )
+            ]
+            if call is not None
+            else None
+        )
         return self._chunk(Delta(role="assistant", content="", tool_calls=tool_calls))
 
     def content_chunk(self, text: str) -> ChatCompletionChunk:
         return self._chunk(Delta(content=text), logprobs=self._unsent_logprobs())
 
+    def content_chunks(self, text: str) -> list[ChatCompletionChunk]:
+        """The chunks the answer's next ``text`` makes: its text, or its tool calls' pieces (OpenAI's
+        ``delta.tool_calls``: the call's index, id and name first, then its arguments as they come)."""
+        if self.calls_parser is None:
+            return [self.content_chunk(text)]
+        return [self._event_chunk(event) for event in self.read_calls(text)]
+
+    def _event_chunk(self, event: ToolEvent) -> ChatCompletionChunk:
+        if isinstance(event, CallStarted):
+            fragment = ToolCallFragment(
+                index=event.index,
+                id=self.call_id(event.index),
+                type="function",
+                function=FunctionFragment(name=event.name, arguments=""),
+            )
+            return self._chunk(Delta(tool_calls=[fragment]))
+        if isinstance(event, ArgumentsDelta):
+            fragment = ToolCallFragment(index=event.index, function=FunctionFragment(arguments=event.text))
+            return self._chunk(Delta(tool_calls=[fragment]))
+        return self._chunk(Delta(content=event.text), logprobs=self._unsent_logprobs())
+
     def closing_chunks(self, ended: float, include_usage: bool) -> list[ChatCompletionChunk]:
         """The finish reason with the ``nrt`` block; usage on it, or on a separate last chunk
-        with no choices when the client asked for ``stream_options.include_usage`` (as OpenAI does)."""
-        closing = self._chunk(Delta(), self.finish_reason(), self._unsent_logprobs())
+        with no choices when the client asked for ``stream_options.include_usage`` (as OpenAI does).
+        Before them, what the end of the answer releases (text held back while reading for calls)."""
+        released = [self._event_chunk(event) for event in self.end_calls()]
+        finish_reason: str = self.finish_reason()
+        if self.calls_parser is not None and self.calls_parser.calls and finish_reason == "stop":
+            finish_reason = "tool_calls"
+        closing = self._chunk(Delta(), finish_reason, self._unsent_logprobs())
         closing.nrt = self.info(ended)
         if not include_usage:
             closing.usage = self.usage()
-            return [closing]
+            return [*released, closing]
         usage_only = ChatCompletionChunk(
             id=self.id,
             object="chat.completion.chunk",
@@ -286,7 +359,7 @@ class Transcript:
             choices=[],
             usage=self.usage(),
         )
-        return [closing, usage_only]
+        return [*released, closing, usage_only]
 
 
 def sse(chunk: ChatCompletionChunk) -> bytes:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 
 from api_gateway.bounds import MAX_TOKENS, out_of_bounds
+from api_gateway.client_tools import declared_tools, earlier_calls, openai_choice
 from api_gateway.errors import ApiError
 from api_gateway.fields import OPENAI_REFUSED, refuse_unsupported
-from api_gateway.openai_types import ChatCompletionRequest, MessageIn, ResponseFormatIn
+from api_gateway.openai_types import ChatCompletionRequest, MessageIn, ResponseFormatIn, ToolIn
 from api_gateway.response_format import openai_format
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import ChatMessage, ResponseFormat, Role, SamplingParams
@@ -17,7 +19,13 @@ from nrt.core.routing import ModelCall, resolve_model
 
 SESSION_HEADER = "x-nrt-session"
 SESSION_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")  # the whole value (fullmatch)
-ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
 MAX_STOP = 4
 LOGIT_BIAS_MIN, LOGIT_BIAS_MAX = -100.0, 100.0
 MAX_LOGIT_BIAS = 1024  # tokens per request (OpenAI allows 300; a mask over a vocabulary costs the same)
@@ -97,25 +105,42 @@ def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
                 code="invalid_value",
                 param=f"messages[{i}].role",
             )
-        for field, value in (
-            ("tool_calls", message.tool_calls or None),  # an empty list asks for nothing
-            ("function_call", message.function_call),
-            ("audio", message.audio),
-        ):
+        for field, value in (("function_call", message.function_call), ("audio", message.audio)):
             if value is not None:
                 raise ApiError(
                     400,
-                    f"messages[{i}].{field} is not supported: no model of this cluster calls client tools or "
-                    "speaks audio; send the turn's text as its content",
+                    f"messages[{i}].{field} is not supported: the deprecated function calls are not (send "
+                    "'tool_calls'), and no model of this cluster speaks audio",
                     code="unsupported_parameter",
                     param=f"messages[{i}].{field}",
                 )
-        out.append(ChatMessage(role=role, content=_content(message, i)))
+        out.append(ChatMessage(role=role, content=_turn_text(message, i)))
     if not any(m.role == "user" for m in out):
         raise ApiError(
             400, "'messages' must contain at least one message with role 'user'", code="invalid_value", param="messages"
         )
     return tuple(out)
+
+
+def _turn_text(message: MessageIn, index: int) -> str:
+    """A message's text: an assistant turn's calls written after its text (``nrt.core.tool_calls``)."""
+    if message.role == "tool" and not message.tool_call_id:
+        raise ApiError(
+            400,
+            f"messages[{index}].tool_call_id is missing: a tool message answers one of the calls before it",
+            code="missing_required_parameter",
+            param=f"messages[{index}].tool_call_id",
+        )
+    if message.tool_calls and message.role != "assistant":
+        raise ApiError(
+            400,
+            f"messages[{index}].tool_calls is only for role 'assistant', not '{message.role}'",
+            code="invalid_value",
+            param=f"messages[{index}].tool_calls",
+        )
+    content = _content(message, index)
+    calls = [(call.function.name, call.function.arguments) for call in message.tool_calls or ()]
+    return earlier_calls(content, calls)
 
 
 def _content(message: MessageIn, index: int) -> str:
@@ -149,6 +174,13 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     if len(stop) > MAX_STOP or not all(stop):
         raise ApiError(400, f"'stop' must be up to {MAX_STOP} non-empty strings", code="invalid_value", param="stop")
+    choice, function = openai_choice(request.tool_choice)
+    tools = declared_tools(
+        [_function(tool, i) for i, tool in enumerate(request.tools or ())],
+        choice,
+        function,
+        request.parallel_tool_calls,
+    )
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=request.temperature,
@@ -156,12 +188,31 @@ def _params(request: ChatCompletionRequest, limit: int) -> SamplingParams:
         seed=request.seed,
         stop=stop,
         response_format=_response_format(request.response_format),
+        tools=tools,
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         logit_bias=logit_bias(request.logit_bias),
         logprobs=bool(request.logprobs),
         top_logprobs=_top_logprobs(request),
     )
+
+
+def _function(tool: ToolIn, index: int) -> tuple[str, str | None, Any]:
+    if tool.type != "function":
+        raise ApiError(
+            400,
+            f"tools[{index}].type '{tool.type[:40]}' is not supported; valid type: 'function'",
+            code="invalid_value",
+            param=f"tools[{index}].type",
+        )
+    if tool.function is None:
+        raise ApiError(
+            400,
+            f"missing required parameter 'tools[{index}].function'",
+            code="missing_required_parameter",
+            param=f"tools[{index}].function",
+        )
+    return tool.function.name, tool.function.description, tool.function.parameters
 
 
 def _top_logprobs(request: ChatCompletionRequest) -> int:

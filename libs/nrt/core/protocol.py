@@ -33,7 +33,7 @@ from nrt.core.vocabulary import FinishReason as FinishReason  # the engine's and
 
 # -- the pieces of a conversation and of an answer (the engine in nrt.adapters.inference uses them too) --
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]  # tool: a client tool's result (nrt.core.tool_calls)
 
 
 class ChatMessage(msgspec.Struct, frozen=True):
@@ -75,6 +75,32 @@ class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None = None  # json_schema: the client's name for it
 
 
+ToolChoice = Literal["auto", "none", "required"]
+
+
+class ToolFunction(msgspec.Struct, frozen=True, kw_only=True):
+    """A client tool the model may call: its name, what it does, and its parameters' JSON Schema as JSON text."""
+
+    name: str
+    description: str = ""
+    parameters: str = '{"type": "object"}'
+
+
+class Tools(msgspec.Struct, frozen=True, kw_only=True):
+    """The client tools a request declares and how the answer may use them (``nrt.core.tool_calls``).
+
+    ``choice``: ``auto`` (the model writes text or calls), ``required`` (it calls; ``function`` names the
+    one it must call, when the client named one), ``none`` (text only: the tools are still described, so
+    a conversation's prompt, and its session's KV cache, stay the same). ``parallel``: several calls in
+    one answer.
+    """
+
+    functions: tuple[ToolFunction, ...]
+    choice: ToolChoice = "auto"
+    function: str | None = None  # required: the one function the answer calls
+    parallel: bool = True
+
+
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
     """A token and its log-probability (natural log), as OpenAI's ``top_logprobs`` entries have them."""
 
@@ -99,6 +125,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None  # constrain the answer (None: free text)
+    tools: Tools | None = None  # the client's tools: described to the model, its calls constrained to them
     # OpenAI's penalties over the tokens generated so far in this request: logit -= presence * (count > 0)
     # + frequency * count; logit_bias: (token id, bias) pairs added to the logits before anything else
     presence_penalty: float = 0.0
@@ -106,6 +133,28 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: bool = False  # each generated token's log-probability comes back on its chunk
     top_logprobs: int = 0  # and this many most likely alternatives (0-20; needs logprobs)
+
+
+Constrained = Literal["json_schema", "json_object", "tools"]
+
+
+def constrained_by(params: SamplingParams) -> Constrained | None:
+    """How a request's answer is constrained: to calls of its tools (unless ``tool_choice`` is ``none``),
+    else to its response format; None: free text. What the log records of it (``RequestAdmitted``)."""
+    if params.tools is not None and params.tools.choice != "none":
+        return "tools"
+    return params.response_format.type if params.response_format is not None else None
+
+
+def constraint_text(params: SamplingParams) -> str | None:
+    """The text of what constrains the answer: the JSON schema, or the tools (name, description,
+    parameters) and the choice, as JSON; None when free (or any JSON object)."""
+    kind = constrained_by(params)
+    if kind == "tools" and params.tools is not None:
+        return msgspec.json.encode(params.tools).decode()
+    if kind == "json_schema" and params.response_format is not None:
+        return params.response_format.schema
+    return None
 
 
 # -- gateway -> router_svc -------------------------------------------------------------

@@ -8,7 +8,8 @@ from nrt.adapters.inference import GenerationRequest, PromptTemplate, builtin_te
 from nrt.adapters.inference.chat_template import ChatTemplate
 from nrt.adapters.inference.templates import BUILTIN_TEMPLATES
 from nrt.core.manifest import Generation, ModelSpec
-from nrt.core.protocol import GenerateRequest, SamplingParams
+from nrt.core.protocol import ChatMessage, GenerateRequest, SamplingParams, Tools
+from nrt.core.tool_calls import tools_prompt
 
 DEFAULT_TEMPLATE = "plain-chat"
 
@@ -51,7 +52,8 @@ def generation_request(
     none of its stop sequences, the tokenizer's special tokens (a BOS) added."""
     template = template_for(spec, own)
     raw = request.prompt is not None
-    prompt = request.prompt if request.prompt is not None else template.render(request.messages)
+    messages = with_tools(request.messages, request.params.tools)
+    prompt = request.prompt if request.prompt is not None else template.render(messages)
     params = request.params
     chosen = requested_generation(params, spec)
     return GenerationRequest(
@@ -68,9 +70,37 @@ def generation_request(
         stream=request.stream,
         add_special_tokens=raw or not isinstance(template, ChatTemplate),  # a chat template writes its own
         response_format=params.response_format,
+        tools=params.tools,
+        answer_lead=answer_lead(template),
         presence_penalty=params.presence_penalty,
         frequency_penalty=params.frequency_penalty,
         logit_bias=params.logit_bias,
         logprobs=params.logprobs,
         top_logprobs=params.top_logprobs,
     )
+
+
+def with_tools(messages: tuple[ChatMessage, ...], tools: Tools | None) -> tuple[ChatMessage, ...]:
+    """The conversation with the declared tools described in its system message (the first one's
+    text, then the tools; a system message of their own when there is none): every turn of a
+    conversation with the same tools starts with the same text, so a session's KV cache is reused."""
+    if tools is None or not tools.functions:
+        return messages
+    described = tools_prompt(tools)
+    if messages and messages[0].role == "system":
+        first = ChatMessage(role="system", content=f"{messages[0].content}\n\n{described}")
+        return (first, *messages[1:])
+    return (ChatMessage(role="system", content=described), *messages)
+
+
+def answer_lead(template: PromptTemplate | ChatTemplate) -> str:
+    """The whitespace a template shows between its cue and an earlier answer (``" "`` for ``Assistant:``
+    then ``Assistant: {content}``): an answer constrained to tool calls starts with it, as a free answer
+    would, so the next turn's prompt extends this one's text exactly (``nrt.core.tool_calls``)."""
+    if not isinstance(template, PromptTemplate) or not template.generation_prompt:
+        return ""
+    shown = template.assistant.split("{content}", 1)[0]
+    if not shown.startswith(template.generation_prompt):
+        return ""
+    rest = shown[len(template.generation_prompt) :]
+    return rest if rest.isspace() else ""

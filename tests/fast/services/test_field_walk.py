@@ -52,6 +52,7 @@ def _sampling(**expected: Any) -> Callable[[ChatCall], bool]:
 
 OPENAI_DETAILS = "integration/gateway/test_openai_details.py"
 OPENAI_SAMPLING = "integration/gateway/test_sampling_fields.py"
+OPENAI_TOOLS = "integration/gateway/test_client_tools.py"
 OPENAI_FIELDS: dict[str, Honoured | Refused] = {
     "model": Honoured(
         "billing",
@@ -110,9 +111,23 @@ OPENAI_FIELDS: dict[str, Honoured | Refused] = {
         alongside=(("logprobs", True),),
     ),
     "n": Refused(2),  # 1 (or absent) is what NRT does; more choices per request are not batched yet
-    "tools": Refused([{"type": "function", "function": {"name": "f"}}]),
-    "tool_choice": Refused("auto"),
-    "parallel_tool_calls": Refused(False),
+    "tools": Honoured(
+        [{"type": "function", "function": {"name": "f"}}],
+        lambda c: c.params.tools is not None and [f.name for f in c.params.tools.functions] == ["f"],
+        OPENAI_TOOLS + "::test_required_answers_with_calls_valid_against_their_schemas",
+    ),
+    "tool_choice": Honoured(
+        "required",
+        lambda c: c.params.tools is not None and c.params.tools.choice == "required",
+        OPENAI_TOOLS + "::test_required_answers_with_calls_valid_against_their_schemas",
+        alongside=(("tools", [{"type": "function", "function": {"name": "f"}}]),),
+    ),
+    "parallel_tool_calls": Honoured(
+        False,
+        lambda c: c.params.tools is not None and not c.params.tools.parallel,
+        OPENAI_TOOLS + "::test_a_named_function_is_the_one_called_once_without_parallel_calls",
+        alongside=(("tools", [{"type": "function", "function": {"name": "f"}}]),),
+    ),
     "functions": Refused([{"name": "f"}]),
     "function_call": Refused("auto"),
     "service_tier": Refused("flex"),
@@ -132,6 +147,7 @@ OPENAI_FIELDS: dict[str, Honoured | Refused] = {
 }
 
 ANTHROPIC_MESSAGES = "integration/gateway/test_anthropic_messages.py"
+ANTHROPIC_TOOLS = "integration/gateway/test_anthropic_tools.py"
 ANTHROPIC_FIELDS: dict[str, Honoured | Refused] = {
     "model": Honoured(
         "billing",
@@ -172,8 +188,17 @@ ANTHROPIC_FIELDS: dict[str, Honoured | Refused] = {
         lambda c: c.params.response_format is not None and c.params.response_format.type == "json_schema",
         "fast/services/test_response_format.py::test_anthropic_output_config_format_is_honoured",
     ),
-    "tools": Refused([{"name": "f", "input_schema": {"type": "object"}}]),
-    "tool_choice": Refused({"type": "auto"}),
+    "tools": Honoured(
+        [{"name": "f", "input_schema": {"type": "object"}}],
+        lambda c: c.params.tools is not None and [f.name for f in c.params.tools.functions] == ["f"],
+        ANTHROPIC_TOOLS + "::test_any_answers_with_tool_use_blocks_valid_against_their_schemas",
+    ),
+    "tool_choice": Honoured(
+        {"type": "any"},
+        lambda c: c.params.tools is not None and c.params.tools.choice == "required",
+        ANTHROPIC_TOOLS + "::test_any_answers_with_tool_use_blocks_valid_against_their_schemas",
+        alongside=(("tools", [{"name": "f", "input_schema": {"type": "object"}}]),),
+    ),
     "thinking": Refused({"type": "enabled", "budget_tokens": 1024}),
     "service_tier": Refused("priority"),
     "cache_control": Refused({"type": "ephemeral"}),
@@ -274,11 +299,10 @@ def test_a_refused_field_is_a_400_naming_it(surface: str, name: str) -> None:
     [
         (
             "openai",
-            {"store": False, "service_tier": "auto", "modalities": ["text"], "tools": [], "tool_choice": "none"},
+            {"store": False, "service_tier": "auto", "modalities": ["text"]},
         ),
         ("openai", {"logprobs": False, "top_logprobs": 0, "metadata": {}, "n": 1, "function_call": "none"}),
-        ("anthropic", {"thinking": {"type": "disabled"}, "service_tier": "auto", "tools": [], "speed": "standard"}),
-        ("anthropic", {"tool_choice": {"type": "none"}}),
+        ("anthropic", {"thinking": {"type": "disabled"}, "service_tier": "auto", "speed": "standard"}),
     ],
 )
 def test_a_refused_field_with_a_value_that_asks_for_nothing_is_accepted(surface: str, harmless: dict[str, Any]) -> None:
@@ -312,16 +336,9 @@ def test_a_field_outside_the_schema_is_a_400_naming_it(surface: str, fields: dic
     assert param in error.message
 
 
-@pytest.mark.parametrize("field", ["tool_calls", "function_call", "audio"])
-def test_an_earlier_turns_tool_calls_are_a_400_naming_them(field: str) -> None:
-    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    value: Any = (
-        [call]
-        if field == "tool_calls"
-        else {"name": "f", "arguments": "{}"}
-        if field == "function_call"
-        else {"id": "a"}
-    )
+@pytest.mark.parametrize("field", ["function_call", "audio"])
+def test_an_earlier_turns_function_call_and_audio_are_a_400_naming_them(field: str) -> None:
+    value: Any = {"name": "f", "arguments": "{}"} if field == "function_call" else {"id": "a"}
     assistant = {"role": "assistant", "content": None, field: value}
     with pytest.raises(ApiError) as caught:
         openai_call(messages=[USER, assistant, USER])
@@ -329,6 +346,20 @@ def test_an_earlier_turns_tool_calls_are_a_400_naming_them(field: str) -> None:
     assert (
         openai_call(messages=[USER, {"role": "assistant", "content": "ok", "tool_calls": []}, USER]).model == "router"
     )
+
+
+def test_an_earlier_turns_tool_calls_and_a_tool_result_are_written_into_the_conversation() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "2"}
+    messages = openai_call(messages=[USER, assistant, result]).messages
+    assert messages[1:] == (
+        ChatMessage("assistant", '<tool_call>{"name": "f", "arguments": {"a": 1}}'),
+        ChatMessage("tool", "2"),
+    )
+    with pytest.raises(ApiError) as caught:
+        openai_call(messages=[USER, assistant, {"role": "tool", "content": "2"}])
+    assert caught.value.param == "messages[2].tool_call_id"
 
 
 @pytest.mark.parametrize(

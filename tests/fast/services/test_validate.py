@@ -78,7 +78,12 @@ def test_the_session_header_wins_over_user() -> None:
         ({"messages": []}, "messages", "at least one message"),
         ({"messages": [USER] * 9}, "messages", "'messages' holds 9 messages; the limit is 8"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages", "role 'user'"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "'tool' is not supported"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "'robot' is not supported"),
+        (
+            {"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "x"}]},
+            "messages[1].tool_call_id",
+            "is missing",
+        ),
         ({"messages": [{"role": "user"}]}, "messages[0].content", "is missing"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
@@ -95,7 +100,23 @@ def test_the_session_header_wins_over_user() -> None:
         ({"top_p": 0.0}, "top_p", "(0, 1]"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),
         ({"n": 2}, "n", "must be 1"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "'tools' is not supported"),
+        ({"tools": [{"type": "function", "function": {"name": "f g"}}]}, "tools[0].name", "1-64 letters"),
+        ({"tools": [{"type": "custom"}]}, "tools[0].type", "valid type: 'function'"),
+        ({"tool_choice": "required"}, "tool_choice", "declares no 'tools'"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "valid: 'auto', 'none', 'required'"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function"}},
+            "tool_choice.function",
+            "missing",
+        ),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+            "does not declare; declared: 'f'",
+        ),
         ({"functions": [{"name": "f"}]}, "functions", "'functions' is not supported"),
         ({"model": ""}, "model", "must name a model"),
     ],

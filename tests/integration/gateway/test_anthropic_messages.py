@@ -200,8 +200,13 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
         "'image' block; only 'text' blocks",
     ),
     (
-        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]},
-        "messages[0].content[0].type",
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]},
+            ]
+        },
+        "messages[1].content[0].type",
         "'tool_result' block",
     ),
     ({"system": [{"type": "image"}]}, "system[0].type", "only 'text' blocks"),
@@ -215,9 +220,9 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"model": ""}, "model", "must name a model"),
     ({"metadata": {"user_id": "bad id with spaces"}}, "metadata.user_id", "1-128 characters"),
     (
-        {"tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]},
-        "tools",
-        "'tools' is not supported",
+        {"tools": [{"name": "bash", "type": "bash_20250124", "input_schema": {"type": "object"}}]},
+        "tools[0].type",
+        "runs no server tools",
     ),
 ]
 

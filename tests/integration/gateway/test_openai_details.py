@@ -35,12 +35,12 @@ async def test_n_above_one_is_a_400_naming_n(stack: Stack) -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"tools": [WEATHER_TOOL]}, "tools"),
-        ({"tools": [WEATHER_TOOL], "tool_choice": "auto", "stream": True}, "tools"),
         ({"functions": [WEATHER_TOOL["function"]]}, "functions"),
+        ({"functions": [WEATHER_TOOL["function"]], "stream": True}, "functions"),
     ],
 )
-async def test_client_tools_are_refused_not_ignored(stack: Stack, fields: dict[str, Any], param: str) -> None:
+async def test_deprecated_functions_are_refused_not_ignored(stack: Stack, fields: dict[str, Any], param: str) -> None:
+    """(``tools`` are honoured: ``test_client_tools.py``.)"""
     with pytest.raises(openai.BadRequestError) as caught:
         await stack.client().chat.completions.create(model="router", messages=user("hi"), **fields)
     assert caught.value.param == param

@@ -29,11 +29,12 @@ TECHNICAL = "the app crashes when I open it"
 OTHER = "what is the weather like on the moon"
 DRAIN = "drain: {timeout: 5s, admission_wait: 1s}"
 RECORDING = (DRAIN, DRAIN + "\naudit: {record_prompts: true}")
+FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "any", "schema": {"type": "object"}}}
 
 
-async def ask(stack: Stack, text: str) -> None:
+async def ask(stack: Stack, text: str, **extra: Any) -> None:
     reply = await stack.client().chat.completions.create(
-        model="router", messages=[{"role": "user", "content": text}], max_tokens=2
+        model="router", messages=[{"role": "user", "content": text}], max_tokens=2, **extra
     )
     assert reply.choices[0].message is not None
 
@@ -66,17 +67,22 @@ async def test_a_candidate_moving_an_intent_is_reported_by_the_cli_and_the_dry_r
     nats_url: str, nrt_home: Path, database_url: str, event_store: EventStore, tmp_path: Path
 ) -> None:
     async with start_stack(nats_url, "tiny-support.yaml", edit=RECORDING, database_url=database_url) as stack:
-        for text in (BILLING, BILLING, TECHNICAL, OTHER):
+        for text in (BILLING, BILLING, OTHER):
             await ask(stack, text)
+        await ask(stack, TECHNICAL, response_format=FORMAT)  # constrained: recorded so, its schema with the prompt
         decisions = await routed(event_store, 4)
         assert [(e.intent, e.target) for e in decisions] == [
             ("billing", "billing"),
             ("billing", "billing"),
-            ("technical", "technical"),
             (None, "fallback"),
+            ("technical", "technical"),
         ]
         admitted = [r.event for r in await event_store.query(types=["RequestAdmitted"])]
-        assert [e.prompt for e in admitted if isinstance(e, RequestAdmitted)] == [BILLING, BILLING, TECHNICAL, OTHER]
+        assert [e.prompt for e in admitted if isinstance(e, RequestAdmitted)] == [BILLING, BILLING, OTHER, TECHNICAL]
+        assert [(e.constrained, e.constraint) for e in admitted if isinstance(e, RequestAdmitted)][2:] == [
+            (None, None),
+            ("json_schema", '{"type":"object"}'),
+        ]
 
         moved = stack.manifest.text.replace("specialists.{intent}", "specialists.technical")
         candidate = tmp_path / "candidate.yaml"
@@ -91,6 +97,7 @@ async def test_a_candidate_moving_an_intent_is_reported_by_the_cli_and_the_dry_r
         assert (report["requests"], report["unchanged"], report["reclassified"]) == (4, 1, 0)
         assert report["ok"] is True
         assert report["current_version"] == 1
+        assert report["constrained"] == {"json_schema": 1}
 
         assert await dry_run(stack, moved) == report  # the same report, from cluster_state
         shown = await what_if_cli(candidate, database_url)

@@ -12,10 +12,12 @@ local gateway only.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -401,3 +403,62 @@ async def test_an_anthropic_remote_that_refuses_the_key_is_a_502_naming_the_vari
     error = reply.json()["error"]
     assert error["code"] == "remote_key_refused"
     assert f"${WRONG_KEY_ENV}" in error["message"]
+
+
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_client_tools_go_to_a_remote_in_its_shape_and_its_calls_come_back(
+    local: Stack, anthropic_local: Stack, wire: str, stream: bool
+) -> None:
+    """The remote stack takes the tools in its API's shape (OpenAI's, or Anthropic's on its /v1/messages);
+    its calls come back to the client as this gateway's tool calls, and a tool's result continues the
+    conversation there."""
+    client = (local if wire == "openai" else anthropic_local).client()
+    asked: Any = dict(
+        model="billing",
+        messages=MESSAGES,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=80,
+    )
+    if stream:
+        arguments, finish = "", None
+        async for chunk in await client.chat.completions.create(**asked, stream=True):
+            for choice in chunk.choices:
+                for call in choice.delta.tool_calls or ():
+                    arguments += (call.function.arguments if call.function else "") or ""
+                finish = choice.finish_reason or finish
+        assert finish == "tool_calls"
+        assert json.loads(arguments)["a"] in range(10)
+        return
+    first = (await client.chat.completions.create(**asked)).choices[0]
+    assert first.finish_reason == "tool_calls"
+    assert first.message.tool_calls is not None
+    (call,) = first.message.tool_calls
+    assert call.function.name == "add"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments)["a"] in range(10)  # type: ignore[union-attr]
+    history: Any = [*MESSAGES, first.message.model_dump(exclude_none=True)]
+    history.append({"role": "tool", "tool_call_id": call.id, "content": "5"})
+    second = await client.chat.completions.create(
+        model="billing", messages=history, tools=TOOLS, tool_choice="none", max_tokens=MAX_TOKENS
+    )
+    assert second.choices[0].message.content
+    assert second.choices[0].message.tool_calls is None

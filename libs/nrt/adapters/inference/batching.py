@@ -214,10 +214,11 @@ class BatchingGenerator:
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """Stream the chunks of one request. Raises ``ContextWindowError`` (or ``GrammarError``, for a
         response format that does not compile) before any chunk."""
-        response_format = request.response_format
+        response_format, tools = request.response_format, request.tools
         constraint = None
-        if response_format is not None:  # compiled once per schema, off the event loop and the scheduler
-            constraint = await asyncio.to_thread(self.grammars.constraint, response_format)
+        calls = tools is not None and tools.choice != "none"
+        if response_format is not None or calls:  # compiled once per schema, off the event loop and the scheduler
+            constraint = await asyncio.to_thread(self.grammars.constraint, response_format, tools, request.answer_lead)
         gen = start_generation(
             request,
             self.model.tokenizer,

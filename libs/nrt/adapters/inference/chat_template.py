@@ -23,6 +23,7 @@ from typing import Any
 
 from nrt.adapters.inference.errors import TemplateError
 from nrt.core.protocol import ChatMessage
+from nrt.core.tool_calls import result_text
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
@@ -74,7 +75,7 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt for ``messages``, ending with the model's cue to answer (``add_generation_prompt``)."""
-        conversation = [{"role": message.role, "content": message.content} for message in messages]
+        conversation = [_turn(message) for message in messages]
         try:
             text: str = self._template.render(messages=conversation, add_generation_prompt=True, **self.special_tokens)
         except TemplateError:
@@ -82,6 +83,14 @@ class ChatTemplate:
         except Exception as exc:
             raise TemplateError(f"the model's chat template failed to render: {exc}") from exc
         return text
+
+
+def _turn(message: ChatMessage) -> dict[str, str]:
+    """A message as the template sees it: a tool's result is a user turn (``nrt.core.tool_calls``), the
+    one format every model reads, whether or not its template knows a ``tool`` role."""
+    if message.role == "tool":
+        return {"role": "user", "content": result_text(message.content)}
+    return {"role": message.role, "content": message.content}
 
 
 def _template_source(config: dict[str, Any]) -> str | None:

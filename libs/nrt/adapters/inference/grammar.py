@@ -17,9 +17,11 @@ transformers and torch at run time, which the worker never loads.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.numpy
@@ -28,7 +30,8 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from nrt.adapters.inference.errors import GrammarError
-from nrt.core.protocol import ResponseFormat
+from nrt.core.protocol import ResponseFormat, Tools
+from nrt.core.tool_calls import CALL_OPEN, CALL_SEPARATOR
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # a TypedDict of the stub only
@@ -54,6 +57,68 @@ def grammar_text(response_format: ResponseFormat) -> str:
     if is_error:
         raise GrammarError(f"the JSON schema cannot be compiled: {_first_line(messages)}")
     return grammar
+
+
+# free text that does not open a tool call (auto); the answer's one alternative to calls
+_FREE_TEXT = r"/\s*(([^<\s]|<[^t]|<t[^o])(.|\n)*)?/"
+_X_GUIDANCE = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+
+
+def tools_grammar(tools: Tools, response_format: ResponseFormat | None = None, lead: str = "") -> str:
+    """llguidance's Lark grammar for an answer under ``tools`` (``nrt.core.tool_calls`` writes the format).
+
+    A call is ``<tool_call>`` then the JSON object ``{"name": ..., "arguments": ...}``: an anyOf over the
+    declared functions, each its name as a constant and its parameters' schema. ``required`` (or a named
+    function): calls only; ``auto``: free text (or, with a response format, the JSON it asks for) or calls.
+    ``lead``: the whitespace the prompt template puts between its cue and an answer (the ``" "`` of
+    ``Assistant: {content}`` after the cue ``Assistant:``), written before the calls, so that the next
+    turn's prompt, which shows them so, extends this one's text (and a session's KV cache is reused).
+    Raises :class:`GrammarError` naming the problem."""
+    functions = [f for f in tools.functions if tools.function is None or f.name == tools.function]
+    if not functions:
+        raise GrammarError(f"tool_choice names the function {tools.function!r}, which the request does not declare")
+    choices = [_call_schema(f.name, f.parameters) for f in functions]
+    call_schema = {"anyOf": choices, "x-guidance": _X_GUIDANCE} if len(choices) > 1 else choices[0]
+    lines = [
+        "%llguidance {}",
+        "start: calls" if tools.choice == "required" else "start: answer | calls",
+        f"calls: {json.dumps(lead)} call_list" if lead else "calls: call_list",
+        f"call_list: call ({json.dumps(CALL_SEPARATOR)} call)*" if tools.parallel else "call_list: call",
+        f"call: {json.dumps(CALL_OPEN)} arguments",
+        f"arguments: %json {json.dumps(call_schema)}",
+    ]
+    if tools.choice != "required":
+        if response_format is None:
+            lines.append(f"answer: {_FREE_TEXT}")
+        else:
+            schema = ANY_OBJECT if response_format.type == "json_object" else response_format.schema
+            lines.append(f"answer: %json {json.dumps(_with_layout(_decoded(schema or ANY_OBJECT)))}")
+    grammar = llguidance.grammar_from("lark", "\n".join(lines))
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise GrammarError(f"the tools' parameters cannot be compiled: {_first_line(messages)}")
+    return grammar
+
+
+def _call_schema(name: str, parameters: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": _decoded(parameters)},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+        "x-guidance": _X_GUIDANCE,
+    }
+
+
+def _decoded(schema: str) -> Any:
+    try:
+        return json.loads(schema)
+    except ValueError as exc:
+        raise GrammarError(f"a JSON schema is not JSON: {exc}") from exc
+
+
+def _with_layout(schema: Any) -> Any:
+    return {**schema, "x-guidance": _X_GUIDANCE} if isinstance(schema, dict) else schema
 
 
 class Constraint:
@@ -122,22 +187,30 @@ class Grammars:
         self._compiled: OrderedDict[tuple[str, str | None], llguidance.LLMatcher] = OrderedDict()
         self.compiled = 0  # schemas compiled so far (cache misses)
 
-    def constraint(self, response_format: ResponseFormat) -> Constraint:
-        """A fresh constraint for one request. Blocking (a first call compiles): run it off the event loop."""
-        return Constraint(self._matcher(response_format).deep_copy(), self.vocab_size)
+    def constraint(
+        self, response_format: ResponseFormat | None, tools: Tools | None = None, lead: str = ""
+    ) -> Constraint:
+        """A fresh constraint for one request: its response format, or its tools' calls (with the format
+        for a text answer). Blocking (a first call compiles): run it off the event loop."""
+        if tools is not None and tools.choice != "none":
+            grammar = tools_grammar(tools, response_format, lead)
+            return Constraint(self._matcher(("tools", grammar), lambda: grammar).deep_copy(), self.vocab_size)
+        if response_format is None:
+            raise GrammarError("no response format or tools to constrain the answer to")
+        key = (response_format.type, response_format.schema)
+        return Constraint(self._matcher(key, lambda: grammar_text(response_format)).deep_copy(), self.vocab_size)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._compiled)
 
-    def _matcher(self, response_format: ResponseFormat) -> llguidance.LLMatcher:
-        key = (response_format.type, response_format.schema)
+    def _matcher(self, key: tuple[str, str | None], build: Callable[[], str]) -> llguidance.LLMatcher:
         with self._lock:
             found = self._compiled.get(key)
             if found is not None:
                 self._compiled.move_to_end(key)
                 return found
-        grammar = grammar_text(response_format)
+        grammar = build()
         matcher = llguidance.LLMatcher(self._llg_tokenizer(), grammar, log_level=0)
         if matcher.is_error():
             raise GrammarError(f"the JSON schema cannot be compiled: {_first_line([matcher.get_error()])}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from nrt.core.protocol import FinishReason, ResponseFormat, Timings, TokenLogprob, Usage
+from nrt.core.protocol import FinishReason, ResponseFormat, Timings, TokenLogprob, Tools, Usage
 
 __all__ = ["Chunk", "FinishReason", "GenerationRequest", "Timings", "Usage"]
 
@@ -41,6 +41,8 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     # the tokenizer adds none (no second BOS)
     add_special_tokens: bool = True
     response_format: ResponseFormat | None = None  # constrain the answer to it (None: free text)
+    tools: Tools | None = None  # the client's tools: the answer is constrained to calls (or text, under auto)
+    answer_lead: str = ""  # the whitespace the template shows before an answer: written before the calls
     # OpenAI's adjustments (nrt.adapters.inference.penalties): over the tokens generated in this request
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

@@ -30,6 +30,7 @@ import msgspec
 
 from nrt.adapters.inference.errors import TemplateError
 from nrt.core.protocol import ChatMessage, Role
+from nrt.core.tool_calls import result_text
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -91,6 +92,8 @@ class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True):
     def _turn(self, message: ChatMessage) -> str:
         if message.role == "assistant":
             return _fill(self.assistant, {"content": message.content.lstrip()})
+        if message.role == "tool":  # a tool's result comes back as a user turn
+            return _fill(self.user, {"content": result_text(message.content)})
         return _fill(self.user if message.role == "user" else self.system, {"content": message.content})
 
 

@@ -268,9 +268,10 @@ class PrefixKvEvicted(Event, frozen=True, kw_only=True):
 
 
 class RequestAdmitted(Event, frozen=True, kw_only=True):
-    """Version 2 added ``key_id``, version 3 ``prompt``, version 4 ``gateway_id`` (older rows decode without them)."""
+    """Version 2 added ``key_id``, version 3 ``prompt``, version 4 ``gateway_id``, version 5 ``constrained`` and
+    ``constraint`` (older rows decode without them)."""
 
-    VERSION: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 5
     request_id: str
     manifest_version: int
     model_id: str  # what the client asked for: the entry (routed) or a model id (direct)
@@ -283,6 +284,11 @@ class RequestAdmitted(Event, frozen=True, kw_only=True):
     # The gateway process that admitted it and records its end: while that gateway heartbeats, the request has
     # an owner; once it is gone, cluster_state ends the request (``RequestFailed`` ``owner_lost``). None: not said.
     gateway_id: str | None = None
+    # How the answer was constrained (``nrt.core.protocol.constrained_by``): "json_schema", "json_object" or
+    # "tools" (the client's tools, under a tool_choice other than none); None: free text, or not recorded.
+    constrained: str | None = None
+    # What constrained it (the JSON schema, or the tools as JSON), kept only while prompts are (``record_prompts``).
+    constraint: str | None = None
 
     @property
     def stream_id(self) -> str:

@@ -69,12 +69,18 @@ def _gateway_v3(body: Body) -> Body:
     return {"gateway_id": None, **body}
 
 
+def _constrained_v4(body: Body) -> Body:
+    """Version 5 added ``constrained`` and ``constraint``: whether an answer was constrained was not recorded."""
+    return {"constrained": None, "constraint": None, **body}
+
+
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("WorkerJoined", 1): _worker_joined_v1,
     ("WorkerJoined", 2): _worker_joined_v2,
     ("RequestAdmitted", 1): _key_id_v1,
     ("RequestAdmitted", 2): _prompt_v2,
     ("RequestAdmitted", 3): _gateway_v3,
+    ("RequestAdmitted", 4): _constrained_v4,
     ("RequestCompleted", 1): _key_id_v1,
     ("RequestFailed", 1): _key_id_v1,
     ("TierChanged", 1): _tier_changed_v1,

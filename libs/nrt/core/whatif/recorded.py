@@ -27,6 +27,7 @@ class RecordedRequest(msgspec.Struct, frozen=True, kw_only=True):
     intent: str | None  # what the router decided (None: no intent was confident enough)
     target: str  # the model it went to
     router: str  # the identity of the router that decided (``router_identity``; "" when unknown)
+    constrained: str | None = None  # how its answer was constrained (json_schema, json_object, tools; None: free)
 
 
 def router_identity(manifest: Manifest) -> str:
@@ -74,6 +75,7 @@ def recorded_requests(events: Iterable[Event], since: datetime | None = None) ->
                     intent=event.intent,
                     target=event.target,
                     router=routers.get(event.manifest_version, ""),
+                    constrained=admitted.constrained,
                 )
             )
     out.sort(key=lambda r: r.at)

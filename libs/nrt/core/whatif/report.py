@@ -66,6 +66,8 @@ class WhatIfReport(msgspec.Struct, frozen=True, kw_only=True):
     refusals: list[Refusal]
     violations: list[Violation]
     ok: bool  # no violation: the candidate keeps every constraint over the recorded traffic
+    # of the requests replayed, how many had a constrained answer, by kind (json_schema, json_object, tools)
+    constrained: dict[str, int] = {}
 
 
 def _refused(refusals: Sequence[Refusal]) -> list[Violation]:
@@ -135,4 +137,13 @@ def build_report(
         refusals=simulation.refusals,
         violations=violations,
         ok=not violations,
+        constrained=_constrained(requests),
     )
+
+
+def _constrained(requests: Sequence[RecordedRequest]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for request in requests:
+        if request.constrained is not None:
+            counts[request.constrained] = counts.get(request.constrained, 0) + 1
+    return dict(sorted(counts.items()))

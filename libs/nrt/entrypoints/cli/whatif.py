@@ -52,6 +52,9 @@ def render_what_if(report: WhatIfReport, console: Console) -> None:
         f"v{report.current_version}: {report.requests} recorded request(s), {report.reclassified} classified "
         f"again by the candidate's router, {report.unchanged} routed as before"
     )
+    if report.constrained:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in report.constrained.items())
+        console.print(f"constrained answers among them (they keep their constraint on the new route): {kinds}")
     if report.requests == 0:
         console.print(
             "[yellow]no recorded request texts: set audit: {record_prompts: true} in the manifest in force[/yellow]"

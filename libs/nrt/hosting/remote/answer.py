@@ -33,6 +33,7 @@ def remote_call(request: GenerateRequest, spec: ModelSpec | None) -> RemoteCall:
         frequency_penalty=request.params.frequency_penalty,
         logit_bias=request.params.logit_bias,
         logprobs=request.params.logprobs,
+        tools=request.params.tools,
     )
 
 

@@ -9,7 +9,9 @@ output token count), ``message_stop``; ``ping`` keeps it alive and ``error`` end
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 
@@ -17,7 +19,9 @@ from nrt.adapters.bus.errors import BadRequest
 from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
+from nrt.hosting.remote.anthropic_tools import tools_fields, wire_messages
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
+from nrt.hosting.remote.calls_text import CallsText, calls_answer
 from nrt.hosting.remote.transport import RemoteClient
 
 API_VERSION = "2023-06-01"
@@ -41,6 +45,13 @@ class _Usage(msgspec.Struct):
 class _Block(msgspec.Struct):
     type: str
     text: str = ""
+    name: str = ""  # tool_use
+    input: Any = None  # tool_use: the call's arguments
+
+
+class _BlockStart(msgspec.Struct):
+    index: int
+    content_block: _Block
 
 
 class _Message(msgspec.Struct):
@@ -60,10 +71,12 @@ class _MessageStart(msgspec.Struct):
 class _TextDelta(msgspec.Struct):
     type: str
     text: str = ""
+    partial_json: str = ""  # input_json_delta: a piece of a tool_use block's input
 
 
 class _BlockDelta(msgspec.Struct):
     delta: _TextDelta
+    index: int = 0
 
 
 class _StopDelta(msgspec.Struct):
@@ -126,10 +139,14 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
     body: dict[str, object] = {
         "model": endpoint.model,
         "max_tokens": call.max_tokens,
-        "messages": [{"role": m.role, "content": m.content} for m in call.messages if m.role != "system"],
+        "messages": wire_messages(tuple(m for m in call.messages if m.role != "system"))
+        if call.has_tools
+        else [{"role": m.role, "content": m.content} for m in call.messages if m.role != "system"],
         "temperature": call.temperature,
         "stream": call.stream,
     }
+    if call.tools is not None:
+        body.update(tools_fields(call.tools))
     if system:
         body["system"] = system
     if call.top_p < 1.0:  # only when narrowed: some models take temperature or top_p, not both
@@ -167,21 +184,32 @@ async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall)
     async with client.post(endpoint, url, headers(endpoint), request_body(endpoint, call)) as response:
         if not call.stream:
             message = msgspec.json.decode(await response.aread(), type=_Message)
-            text = "".join(block.text for block in message.content if block.type == "text")
+            uses = [
+                (b.name, json.dumps(b.input or {}, ensure_ascii=False)) for b in message.content if b.type == "tool_use"
+            ]
+            text = calls_answer(uses) if uses else "".join(b.text for b in message.content if b.type == "text")
             yield Piece(text, finish_reason(message.stop_reason), message.usage.usage())
             return
         prompt = _Usage()
         stop_reason: str | None = None
         output_tokens = 0
+        calls = CallsText()
         async for data in sse.data_events(response):
             kind = msgspec.json.decode(data, type=_Event).type
             if kind == "message_start":
                 prompt = msgspec.json.decode(data, type=_MessageStart).message.usage
                 output_tokens = prompt.output_tokens
+            elif kind == "content_block_start":
+                start = msgspec.json.decode(data, type=_BlockStart)
+                if start.content_block.type == "tool_use":
+                    yield Piece(calls.delta(start.index, start.content_block.name, ""))
             elif kind == "content_block_delta":
-                delta = msgspec.json.decode(data, type=_BlockDelta).delta
-                if delta.type == "text_delta" and delta.text:
+                block = msgspec.json.decode(data, type=_BlockDelta)
+                delta = block.delta
+                if delta.type == "text_delta" and delta.text and calls.open is None:
                     yield Piece(delta.text)
+                elif delta.type == "input_json_delta" and delta.partial_json:
+                    yield Piece(calls.delta(block.index, None, delta.partial_json))
             elif kind == "message_delta":
                 update = msgspec.json.decode(data, type=_MessageDelta)
                 stop_reason = update.delta.stop_reason or stop_reason
@@ -189,10 +217,10 @@ async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall)
                     output_tokens = update.usage.output_tokens  # cumulative
                     prompt = update.usage.update(prompt)
             elif kind == "message_stop":
-                yield Piece("", finish_reason(stop_reason), prompt.usage(output_tokens))
+                yield Piece(calls.end(), finish_reason(stop_reason), prompt.usage(output_tokens))
                 return
             elif kind == "error":
                 error = msgspec.json.decode(data, type=_ErrorEvent).error
                 raise failures.anthropic_failure(endpoint, error.type, error.message)
-            # ping, content_block_start/stop and event types added later carry nothing to pass on
+            # ping, content_block_stop and event types added later carry nothing to pass on
         raise failures.bad_answer(endpoint, "the stream ended before message_stop")

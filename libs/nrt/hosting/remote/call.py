@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nrt.core.protocol import ChatMessage, FinishReason, ResponseFormat, Usage
+from nrt.core.protocol import ChatMessage, FinishReason, ResponseFormat, Tools, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,12 @@ class RemoteCall:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # token ids of the endpoint's own model
     logprobs: bool = False  # refused by the remote tier: its answer's log-probabilities are not read back
+    tools: Tools | None = None  # the client's tools (an OpenAI endpoint gets them in its own shape)
+
+    @property
+    def has_tools(self) -> bool:
+        """The request declares tools, or its conversation holds tools' results."""
+        return self.tools is not None or any(m.role == "tool" for m in self.messages)
 
 
 @dataclass(frozen=True, slots=True)

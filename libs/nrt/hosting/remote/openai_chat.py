@@ -15,6 +15,8 @@ from nrt.core.protocol import FinishReason, ResponseFormat, Usage
 from nrt.hosting.model_sources import RemoteEndpoint
 from nrt.hosting.remote import failures, sse
 from nrt.hosting.remote.call import Piece, RemoteCall, usage_of
+from nrt.hosting.remote.calls_text import CallsText, calls_answer
+from nrt.hosting.remote.openai_tools import tools_fields, wire_messages
 from nrt.hosting.remote.transport import RemoteClient
 
 DONE = "[DONE]"
@@ -35,8 +37,25 @@ class _Usage(msgspec.Struct):
         return usage_of(self.prompt_tokens, self.completion_tokens, cached)
 
 
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct):
+    index: int = 0
+    function: _Function = msgspec.field(default_factory=_Function)
+
+
 class _Message(msgspec.Struct):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+    def text(self) -> str:
+        """The answer's text, or its calls in NRT's text format (``nrt.hosting.remote.openai_tools``)."""
+        if self.tool_calls:
+            return calls_answer([(c.function.name or "", c.function.arguments or "") for c in self.tool_calls])
+        return self.content or ""
 
 
 class _Choice(msgspec.Struct):
@@ -51,6 +70,7 @@ class _Completion(msgspec.Struct):
 
 class _Delta(msgspec.Struct):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
 class _StreamChoice(msgspec.Struct):
@@ -82,7 +102,9 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         )
     body: dict[str, object] = {
         "model": endpoint.model,
-        "messages": [{"role": m.role, "content": m.content} for m in call.messages],
+        "messages": wire_messages(call.messages)
+        if call.has_tools
+        else [{"role": m.role, "content": m.content} for m in call.messages],
         "stream": call.stream,
         "max_tokens": call.max_tokens,
         "temperature": call.temperature,
@@ -102,6 +124,8 @@ def request_body(endpoint: RemoteEndpoint, call: RemoteCall) -> dict[str, object
         body["frequency_penalty"] = call.frequency_penalty
     if call.logit_bias:
         body["logit_bias"] = {str(token): bias for token, bias in call.logit_bias}
+    if call.tools is not None:
+        body.update(tools_fields(call.tools))
     return body
 
 
@@ -128,10 +152,11 @@ async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall)
                 raise failures.bad_answer(endpoint, "the completion has no choices")
             choice = completion.choices[0]
             usage = completion.usage.usage() if completion.usage is not None else None
-            yield Piece(choice.message.content or "", finish_reason(choice.finish_reason or "stop"), usage)
+            yield Piece(choice.message.text(), finish_reason(choice.finish_reason or "stop"), usage)
             return
         finish: FinishReason | None = None
         usage = None
+        calls = CallsText()
         async for data in sse.data_events(response):
             if data.strip() == DONE:
                 break
@@ -143,10 +168,12 @@ async def chat(client: RemoteClient, endpoint: RemoteEndpoint, call: RemoteCall)
             if chunk.usage is not None:
                 usage = chunk.usage.usage()
             for part in chunk.choices[:1]:
-                if part.delta.content:
+                if part.delta.content and calls.open is None:
                     yield Piece(part.delta.content)
+                for tool in part.delta.tool_calls or ():
+                    yield Piece(calls.delta(tool.index, tool.function.name, tool.function.arguments))
                 if part.finish_reason:
                     finish = finish_reason(part.finish_reason)
         if finish is None:
             raise failures.bad_answer(endpoint, "the stream ended before the answer did (no finish reason)")
-        yield Piece("", finish, usage)
+        yield Piece(calls.end(), finish, usage)
