@@ -27,7 +27,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")  # the stack's loop
 
 MAX_EXAMPLES = 300
 SEED = 20260101
-WITHIN = 300.0  # seconds: the whole run, on a loaded machine
+WITHIN = 540.0  # seconds: the whole run, on a loaded machine (under the 600 s test timeout; ~250 s here)
 HOOKS = Path(__file__).parent / "fuzz_hooks.py"
 
 
