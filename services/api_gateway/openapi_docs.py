@@ -190,6 +190,10 @@ def document_chat_request(openapi: OpenAPI, max_tokens_limit: int, max_messages:
     # the deprecated function calls and audio are refused: send tool_calls; no model here speaks audio
     for name in ("function_call", "audio"):
         roles[name] = _NULL
+    roles["name"] = Schema(
+        one_of=[Schema(type=OpenAPIType.STRING, pattern=f"^{NAME.pattern}$"), _NULL],
+        description="the participant: the turn is written `name: content` (not for a tool's result)",
+    )
     message.all_of = [
         # content may be left out (or null) by the assistant only
         Schema(

@@ -12,7 +12,7 @@ from api_gateway.client_tools import declared_tools, earlier_calls, openai_choic
 from api_gateway.errors import ApiError
 from api_gateway.fields import OPENAI_REFUSED, refuse_unsupported
 from api_gateway.openai_types import ChatCompletionRequest, MessageIn, ResponseFormatIn, ToolIn
-from api_gateway.response_format import openai_format
+from api_gateway.response_format import NAME, openai_format
 from nrt.core.manifest import Manifest
 from nrt.core.protocol import ChatMessage, ResponseFormat, Role, SamplingParams
 from nrt.core.routing import ModelCall, resolve_model
@@ -114,12 +114,27 @@ def _messages(messages: list[MessageIn], limit: int) -> tuple[ChatMessage, ...]:
                     code="unsupported_parameter",
                     param=f"messages[{i}].{field}",
                 )
-        out.append(ChatMessage(role=role, content=_turn_text(message, i)))
+        out.append(ChatMessage(role=role, content=_named(message, i, _turn_text(message, i))))
     if not any(m.role == "user" for m in out):
         raise ApiError(
             400, "'messages' must contain at least one message with role 'user'", code="invalid_value", param="messages"
         )
     return tuple(out)
+
+
+def _named(message: MessageIn, index: int, text: str) -> str:
+    """A turn's text said by its participant: ``name: text`` when the message names one (how the model tells
+    participants of one role apart; a tool result's name is its function's, which its call already says)."""
+    if message.name is None or message.role == "tool":
+        return text
+    if not NAME.fullmatch(message.name):
+        raise ApiError(
+            400,
+            f"messages[{index}].name must be 1-64 letters, digits, '_' or '-' (got {message.name!r})",
+            code="invalid_value",
+            param=f"messages[{index}].name",
+        )
+    return f"{message.name}: {text}"
 
 
 def _turn_text(message: MessageIn, index: int) -> str:

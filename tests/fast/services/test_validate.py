@@ -65,6 +65,26 @@ def test_a_valid_request() -> None:
     assert call.session_id == "alice"
 
 
+def test_a_messages_name_is_said_with_its_turn_and_checked() -> None:
+    named = chat(
+        messages=[
+            {"role": "system", "content": "be brief", "name": "rules"},
+            {"role": "user", "content": "hello", "name": "alice"},
+            {"role": "assistant", "content": "hi", "name": "bot-1"},
+            {"role": "user", "content": "and you?", "name": "bob"},
+        ]
+    )
+    assert validate_chat(named, None, 1000, 8).messages == (
+        ChatMessage("system", "rules: be brief"),
+        ChatMessage("user", "alice: hello"),
+        ChatMessage("assistant", "bot-1: hi"),
+        ChatMessage("user", "bob: and you?"),
+    )
+    bad = rejected(chat(messages=[{"role": "user", "content": "hello", "name": "alice smith"}]))
+    assert bad.param == "messages[0].name"
+    assert "alice smith" in bad.message
+
+
 def test_the_session_header_wins_over_user() -> None:
     assert validate_chat(chat(user="alice"), "conv-42", 1000, 8).session_id == "conv-42"
     assert validate_chat(chat(), None, 1000, 8).session_id is None
