@@ -192,7 +192,7 @@ class BatchingGenerator:
         # Owned by the scheduler thread:
         self._rows: list[_Ticket] = []
         self._prefilling: deque[_Ticket] = deque()  # admitted, prompt not fully run yet
-        self._kv = BatchKV()
+        self._kv = BatchKV(right_padded=self.model.right_padded)
         self._next = np.zeros((0, 1), dtype=np.int64)
         self._stepper = model.stepper()
         self._ops = model.ops
@@ -479,5 +479,5 @@ class BatchingGenerator:
                 outbox.put(ticket, exc)
         self._rows = []
         self._prefilling.clear()
-        self._kv = BatchKV()
+        self._kv = BatchKV(right_padded=self.model.right_padded)
         self._next = np.zeros((0, 1), dtype=np.int64)
