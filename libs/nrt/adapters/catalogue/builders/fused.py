@@ -52,6 +52,7 @@ ARCHITECTURES = (
     "GraniteForCausalLM",
     "SmolLM3ForCausalLM",
 )
+DETAIL_PREFIX = "fused graph"  # a fused variant's quantization_detail starts so (a fallback's: "optimum export")
 BUILDER_DATA = "model.onnx.data"  # the builder's external weights, folded into model.onnx afterwards
 
 
@@ -87,7 +88,7 @@ def detail(precision: Precision) -> str:
     weights = {"int4": "MatMulNBits int4 blocks of 32", "int8": "MatMulNBits int8 blocks of 32", "fp32": "fp32"}
     version = metadata.version("onnxruntime-genai")
     return (
-        f"fused graph (onnxruntime-genai {version} model builder: GroupQueryAttention, "
+        f"{DETAIL_PREFIX} (onnxruntime-genai {version} model builder: GroupQueryAttention, "
         f"SkipSimplifiedLayerNormalization, {weights[precision]} weights)"
     )
 

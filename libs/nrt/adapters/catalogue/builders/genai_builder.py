@@ -3,8 +3,9 @@
 ``python -m nrt.adapters.catalogue.builders.genai_builder <builder arguments>``, in a child process
 (:func:`nrt.adapters.catalogue.builders.fused.build_fused`). The builder imports a few
 transformers classes of newer releases (multimodal models it does not build here): they are
-stood in for by empty classes. It reads ``config.rope_scaling`` as a dict, which transformers
-4.x leaves ``None`` for plain RoPE: an empty dict says the same.
+stood in for by empty classes. It reads RoPE settings from transformers 5's
+``config.rope_parameters`` (``rope_type``, ``rope_theta`` and the scaling's own keys); transformers
+4.x keeps them in ``rope_scaling`` (``None`` for plain RoPE) and ``rope_theta``: they are copied over.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def stand_in_missing_classes() -> list[str]:
     return missing
 
 
-def tolerate_plain_rope() -> None:
+def tolerate_transformers_4_rope() -> None:
     import onnxruntime_genai.models as models
 
     sys.path.insert(0, os.path.dirname(models.__file__))  # the builder imports its siblings as top-level modules
@@ -55,7 +56,13 @@ def tolerate_plain_rope() -> None:
     original = base.Model.make_config_init
 
     def make_config_init(self: Any, config: Any) -> Any:
-        if getattr(config, "rope_scaling", {}) is None:
+        if not isinstance(getattr(config, "rope_parameters", None), dict) and hasattr(config, "rope_scaling"):
+            scaling = dict(config.rope_scaling or {})
+            kind = scaling.pop("rope_type", scaling.pop("type", "default"))
+            parameters = {"rope_type": kind, **scaling}
+            if getattr(config, "rope_theta", None) is not None:
+                parameters["rope_theta"] = config.rope_theta
+            config.rope_parameters = parameters
             config.rope_scaling = {}
         return original(self, config)
 
@@ -66,7 +73,7 @@ def main() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     stand_in_missing_classes()
-    tolerate_plain_rope()
+    tolerate_transformers_4_rope()
     sys.argv = ["onnxruntime_genai.models.builder", *sys.argv[1:]]
     runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__")
 
