@@ -108,3 +108,33 @@ def test_nrt_fused_graphs_opts_in(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cpu_format(WeightFormat.INT4) == "fused-int4"
     assert cpu_format(None) == "fused-int8"
     assert cpu_format(WeightFormat.NONE) == "fused-fp32"
+
+
+@needs_builder
+async def test_a_session_reuses_a_fused_graphs_cache_and_eviction_frees_it(llama: dict[CpuFormat, Path]) -> None:
+    model = CausalLM.load(llama["fused-int4"])
+    generator = BatchingGenerator(model, max_batch_size=4)
+
+    async def run(request: GenerationRequest) -> tuple[list[int], int]:
+        chunks = [chunk async for chunk in generator.generate(request)]
+        usage = chunks[-1].usage
+        assert usage is not None
+        return [t for chunk in chunks for t in chunk.token_ids], usage.cached_tokens
+
+    try:
+        first = "User: what is the capital of France?\nAssistant:"
+        await run(GenerationRequest(prompt=first, max_tokens=6, session_id="s"))
+        # a fixed reply (a random model's own would re-tokenize otherwise, and the fresh prompt differ)
+        second = first + " Paris.\nUser: and of Italy?\nAssistant:"
+        cached, reused = await run(GenerationRequest(prompt=second, max_tokens=8, session_id="s"))
+        fresh, none = await run(GenerationRequest(prompt=second, max_tokens=8))
+        assert cached == fresh
+        assert reused > 0
+        assert none == 0
+        held = generator.session_bytes("s")
+        assert held > 0
+        assert generator.evict_session("s") == held
+        _, after = await run(GenerationRequest(prompt=second, max_tokens=2, session_id="s"))
+        assert after == 0
+    finally:
+        generator.close()
