@@ -33,11 +33,21 @@ DOCUMENT = " ".join(
         "Baron Haussmann rebuilt much of the city in the nineteenth century with wide boulevards.",
     ]
 )
-FORMATS: tuple[CpuFormat, ...] = ("none", "int8", "int4")  # a manifest's quantization: none | int8 | int4
-LABEL: dict[CpuFormat, str] = {"none": "fp32", "int8": "int8", "int4": "int4"}
-# issue 26's targets for int4 on Gemma 3 270M: decode vs llama.cpp on the Q4_K_M GGUF, perplexity vs fp32
+# a manifest's quantization: none | int8 | int4; fused-*: the same with NRT_FUSED_GRAPHS=1 (issue 30)
+FORMATS: tuple[CpuFormat, ...] = ("none", "int8", "int4", "fused-int8", "fused-int4")
+LABEL: dict[CpuFormat, str] = {
+    "none": "fp32",
+    "int8": "int8",
+    "int4": "int4",
+    "fused-int8": "fused-int8",
+    "fused-int4": "fused-int4",
+}
+# issue 26's targets for int4 on Gemma 3 270M: decode vs llama.cpp on the Q4_K_M GGUF, perplexity vs fp32;
+# issue 30's for the fused int4 graph: decode vs llama.cpp and vs onnxruntime-genai on the same graph
 INT4_DECODE_TARGET = 1.0
 INT4_PERPLEXITY_TARGET = 1.15
+DECODE_TARGETS: dict[CpuFormat, float] = {"int4": INT4_DECODE_TARGET, "fused-int4": 1.1}
+GENAI_DECODE_TARGET = 1.5  # the fused int4 graph through the worker vs onnxruntime-genai on it
 
 
 def parse_formats(text: str) -> tuple[CpuFormat, ...]:
@@ -48,7 +58,9 @@ def parse_formats(text: str) -> tuple[CpuFormat, ...]:
         if not name:
             continue
         if name not in by_name:
-            raise argparse.ArgumentTypeError(f"unknown weight format {name!r} (known: fp32, int8, int4)")
+            raise argparse.ArgumentTypeError(
+                f"unknown weight format {name!r} (known: fp32, int8, int4, fused-int8, fused-int4)"
+            )
         if by_name[name] not in formats:
             formats.append(by_name[name])
     return tuple(formats)
@@ -154,11 +166,16 @@ def report_format(
     ppl: float,
     fp32_ppl: float,
     targets: bool = True,
+    genai_decode: float | None = None,
 ) -> None:
-    """One format's bytes, time to first token, decode (vs llama.cpp's when it ran) and perplexity
-    (vs fp32's); with ``targets``, issue 26's for int4."""
-    int4 = targets and fmt == "int4"
-    report(f"{label}: bytes", load_record(directory).total_bytes / 1e6, "MB", precision=1)
+    """One format's bytes, time to first token, decode (vs llama.cpp's when it ran, and vs
+    onnxruntime-genai's on the same graph when given) and perplexity (vs fp32's); with ``targets``,
+    issue 26's for int4 and issue 30's for fused-int4."""
+    int4 = targets and fmt in ("int4", "fused-int4")
+    target = DECODE_TARGETS.get(fmt, INT4_DECODE_TARGET)
+    record = load_record(directory)
+    report(f"{label}: bytes", record.total_bytes / 1e6, "MB", precision=1)
+    print(f"  {label}: graph {record.quantization_detail}", flush=True)
     report(f"{label}: time to first token", ttft_ms, "ms", precision=1)
     if llama_decode:
         ratio = decode / llama_decode
@@ -168,12 +185,25 @@ def report_format(
             "tokens/s",
             ratio=ratio,
             floor="llama.cpp",
-            target=f">= {INT4_DECODE_TARGET}" if int4 else "",
+            target=f">= {target}" if int4 else "",
             precision=1,
-            met=ratio >= INT4_DECODE_TARGET if int4 else None,
+            met=ratio >= target if int4 else None,
         )
     else:
         report(f"{label}: decode", decode, "tokens/s", precision=1)
+    if genai_decode:
+        ratio = decode / genai_decode
+        fused_int4 = targets and fmt == "fused-int4"
+        report(
+            f"{label}: decode vs onnxruntime-genai on the same graph ({genai_decode:.1f} tokens/s)",
+            decode,
+            "tokens/s",
+            ratio=ratio,
+            floor="onnxruntime-genai",
+            target=f">= {GENAI_DECODE_TARGET}" if fused_int4 else "",
+            precision=1,
+            met=ratio >= GENAI_DECODE_TARGET if fused_int4 else None,
+        )
     report(
         f"{label}: perplexity of the fixed text",
         ppl,

@@ -272,18 +272,30 @@ def format_id(fmt: CpuFormat) -> str:
 
 
 async def serve_formats(nc: Client, formats: WeightFormats, n: int, llama_cpp: LlamaCppPeer | None) -> None:
-    """Each format served by the worker, in alternating rounds with llama.cpp on the GGUF (Gemma): bytes,
-    time to first token, decode (vs llama.cpp's) and the fixed text's perplexity beside fp32's."""
+    """Each format served by the worker, in alternating rounds with llama.cpp on the GGUF (Gemma) and, for
+    a fused graph, onnxruntime-genai on that very graph (its own builder's layout): bytes, time to first
+    token, decode (vs llama.cpp's, vs genai's) and the fixed text's perplexity beside fp32's."""
     for fmt in formats.served:
         await load_resident(nc, format_id(fmt), formats.directories[fmt])
         await through_worker(nc, format_id(fmt), 4)  # warm-up
     runs: dict[CpuFormat, list[tuple[float, float]]] = {fmt: [] for fmt in formats.served}
     llama_runs: list[Figures] = []
-    for _ in range(ROUNDS):
-        for fmt in formats.served:
-            runs[fmt].append((await through_worker(nc, format_id(fmt), n, format_id(fmt)))[:2])
-        if llama_cpp is not None:
-            llama_runs.append(await asyncio.to_thread(llama_cpp.single, formats.prompt_ids, n))
+    genai_runs: dict[CpuFormat, list[Figures]] = {}
+    with contextlib.ExitStack() as stack:
+        genai: dict[CpuFormat, GenaiPeer] = {}
+        if genai_available() is None:
+            for fmt in formats.served:
+                if fmt.startswith("fused-"):
+                    genai[fmt] = GenaiPeer(stack.enter_context(genai_model_dir(formats.directories[fmt])))
+                    genai_runs[fmt] = []
+        for _ in range(ROUNDS):
+            for fmt in formats.served:
+                runs[fmt].append((await through_worker(nc, format_id(fmt), n, format_id(fmt)))[:2])
+                if fmt in genai:
+                    genai_runs[fmt].append(await asyncio.to_thread(genai[fmt].single, formats.prompt_ids, n))
+            if llama_cpp is not None:
+                llama_runs.append(await asyncio.to_thread(llama_cpp.single, formats.prompt_ids, n))
+        genai.clear()
     for fmt in formats.served:  # the worker's RAM back before the perplexities' sessions are built
         await rpc.request(
             nc,
@@ -322,6 +334,7 @@ async def serve_formats(nc: Client, formats: WeightFormats, n: int, llama_cpp: L
             ppl,
             fp32,
             targets=formats.model == "gemma3-270m",
+            genai_decode=best(genai_runs[fmt]).decode_tokens_per_s if genai_runs.get(fmt) else None,
         )
 
 

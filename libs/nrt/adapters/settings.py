@@ -120,6 +120,12 @@ class Settings(BaseSettings):
         default="0.0.0.0",
         description="the address the metrics port listens on (`nrt up`: the gateway's address)",
     )
+    fused_graphs: bool = Field(
+        default=False,
+        description="`1`: an operator's decoder checkpoint is prepared for the CPU as a fused graph "
+        "(onnxruntime-genai's model builder: GroupQueryAttention, MatMulNBits; the `bench` extra), the optimum "
+        "export remaining the fallback for an architecture the builder lacks (`nrt models info` says which)",
+    )
     uvloop: bool = Field(
         default=True,
         description="`0`: the services run on asyncio's own event loop instead of uvloop (`bench.gateway` "
@@ -192,6 +198,11 @@ class EventsStreamSettings(Settings):
         description="the events stream drops messages older than this (seconds; `0`: no limit); the same "
         "caveat as `NRT_EVENTS_STREAM_MAX_MSGS`",
     )
+
+
+def fused_graphs() -> bool:
+    """Whether operators' decoders are prepared as fused graphs on the CPU (``NRT_FUSED_GRAPHS``)."""
+    return Settings.from_env().fused_graphs
 
 
 def nrt_home() -> Path:

@@ -99,6 +99,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_ROUTER_MAX_BATCH": ("6", "router_max_batch", 6),
         "NRT_ROUTER_ORT_THREADS": ("1", "router_ort_threads", 1),
         "NRT_WORKER_ORT_THREADS": ("2", "worker_ort_threads", 2),
+        "NRT_FUSED_GRAPHS": ("1", "fused_graphs", True),
         "NRT_UVLOOP": ("0", "uvloop", False),
         "NRT_METRICS_PORT": ("9464", "metrics_port", 9464),
         "NRT_METRICS_HOST": ("127.0.0.1", "metrics_host", "127.0.0.1"),

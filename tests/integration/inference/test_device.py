@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from nrt.adapters.inference import BatchingGenerator, CausalLM, Chunk, GenerationRequest, bare_greedy
+from nrt.adapters.inference.kv import BatchKV, RowKV
 from nrt.adapters.inference.kv_tensors import DeviceOps, OrtValue, Piece, kv_nbytes
 
 PROMPTS = [
@@ -182,3 +183,35 @@ async def test_session_cache_stays_on_the_device_and_eviction_releases_it(tiny_l
         assert gen._stepper.binding.bound_outputs() == 0
     finally:
         await gen.aclose()
+
+
+def test_assemble_right_pads_for_a_fused_graph(tiny_llama: CausalLM) -> None:
+    """A GroupQueryAttention graph reads each row from column 0: rows left-aligned, zeros on the right."""
+    ops = tiny_llama.ops
+    batch = random_kv(ops, 2, 6, seed=4)
+    joiner = random_kv(ops, 1, 3, seed=5)
+    out = ops.assemble(
+        [Piece(ops.from_host(batch), [1, 0], 0, 4), Piece(ops.from_host(joiner), [0], 0, 3)], 5, right_padded=True
+    )
+    for t, value in enumerate(ops.to_host(out)):
+        expected = np.zeros((3, *batch[t].shape[1:2], 5, batch[t].shape[3]), dtype=batch[t].dtype)
+        expected[:2, :, :4] = batch[t][[1, 0], :, :4]
+        expected[2:, :, :3] = joiner[t][:, :, :3]
+        np.testing.assert_array_equal(value, expected)
+
+
+def test_right_padded_batch_keeps_rows_from_column_zero(tiny_llama: CausalLM) -> None:
+    """BatchKV(right_padded=True): the mask covers each row's first ``length + 1`` columns, a row comes
+    back from column 0, and a rebuild keeps every row left-aligned."""
+    ops = tiny_llama.ops
+    a, b = random_kv(ops, 1, 5, seed=6), random_kv(ops, 1, 2, seed=7)
+    kv = BatchKV(right_padded=True)
+    kv.rebuild([], [RowKV(ops.from_host(a), 5), RowKV(ops.from_host(b), 2)], ops)
+    assert kv.width == 5
+    np.testing.assert_array_equal(kv.attention_mask(), [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    for t, value in enumerate(ops.to_host(list(kv.row(1, ops)))):
+        np.testing.assert_array_equal(value, b[t])
+    kv.rebuild([1], [], ops)  # the long row leaves: the short one is trimmed to its own length
+    assert kv.width == 2
+    for t, value in enumerate(ops.to_host(kv.past)):
+        np.testing.assert_array_equal(value, b[t])

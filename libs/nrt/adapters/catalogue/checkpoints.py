@@ -39,11 +39,23 @@ from nrt.core.vocabulary import WeightFormat
 RECIPE = "checkpoint/1"
 CUDA_RECIPE = f"{RECIPE}+fp16/1"
 # the cpu variant of each weight format (fp16 is the cuda variant's, over the default int8 root)
-CpuFormat = Literal["int4", "int8", "none"]
+CpuFormat = Literal["int4", "int8", "none", "fused-int4", "fused-int8", "fused-fp32"]
 CPU_FORMATS: dict[CpuFormat, tuple[Quantization, str]] = {
     "int8": ("int8-dynamic", f"{RECIPE}+int8/1"),
     "int4": ("int4", f"{RECIPE}+int4/2"),  # 2: integer zero points, fitted; v, o, down at 8 bits
     "none": ("fp32", f"{RECIPE}+fp32/1"),
+    # fused graphs (builders/fused.py: onnxruntime-genai's model builder), NRT_FUSED_GRAPHS=1; an
+    # architecture the builder lacks falls back to the optimum export of the format in FUSED_FALLBACK
+    "fused-int8": ("int8-dynamic", f"{RECIPE}+fused-int8/1"),
+    "fused-int4": ("int4", f"{RECIPE}+fused-int4/1"),
+    "fused-fp32": ("fp32", f"{RECIPE}+fused-fp32/1"),
+}
+FUSED_FALLBACK: dict[CpuFormat, CpuFormat] = {"fused-int8": "int8", "fused-int4": "int4", "fused-fp32": "none"}
+FUSED_OF: dict[CpuFormat, CpuFormat] = {plain: fused for fused, plain in FUSED_FALLBACK.items()}
+FUSED_PRECISION: dict[CpuFormat, Literal["int4", "int8", "fp32"]] = {
+    "fused-int8": "int8",
+    "fused-int4": "int4",
+    "fused-fp32": "fp32",
 }
 
 # model_type (config.json) -> what it is; optimum exports each with the task below
@@ -189,14 +201,31 @@ def is_checkpoint(directory: Path) -> bool:
     return (directory / CONFIG_FILE).is_file() and any(directory.glob("*.safetensors"))
 
 
-def cpu_format(weights: WeightFormat | None) -> CpuFormat:
+def graph_path(record: ArtifactRecord | None) -> str:
+    """How a variant's graph was built, for ``nrt models info``: ``fused`` (the model builder's
+    GroupQueryAttention graph), ``optimum`` (the export, op by op), or ``-`` when not built."""
+    if record is None:
+        return "-"
+    from nrt.adapters.catalogue.builders.fused import DETAIL_PREFIX
+
+    return "fused" if (record.quantization_detail or "").startswith(DETAIL_PREFIX) else "optimum"
+
+
+def cpu_format(weights: WeightFormat | None, fused: bool | None = None) -> CpuFormat:
     """The cpu variant a manifest's ``quantization`` asks for (fp16 is served by the cuda variant,
-    built over the default int8 cpu one)."""
+    built over the default int8 cpu one); with ``fused`` (default: ``NRT_FUSED_GRAPHS``), its fused graph."""
+    if fused is None:
+        from nrt.adapters.settings import fused_graphs
+
+        fused = fused_graphs()
+    fmt: CpuFormat = "int8"
     if weights is WeightFormat.INT4:
-        return "int4"
-    if weights is WeightFormat.NONE:
-        return "none"
-    return "int8"
+        fmt = "int4"
+    elif weights is WeightFormat.NONE:
+        fmt = "none"
+    if not fused:
+        return fmt
+    return FUSED_OF[fmt]
 
 
 def read_checkpoint(directory: Path, provenance: str, fmt: CpuFormat = "int8") -> Checkpoint:
@@ -275,7 +304,8 @@ def checkpoint_entry(checkpoint: Checkpoint) -> CatalogueEntry:
     """The catalogue entry that prepares ``checkpoint``: its variants and its builder."""
     approx = checkpoint.weight_bytes
     quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
-    cpu_bytes = {"int8": approx // 4, "int4": approx // 7, "none": approx}[checkpoint.cpu_format]
+    plain = FUSED_FALLBACK.get(checkpoint.cpu_format, checkpoint.cpu_format)
+    cpu_bytes = {"int8": approx // 4, "int4": approx // 7}.get(plain, approx)
     return CatalogueEntry(
         name=checkpoint.name,
         kind=checkpoint.kind,
@@ -330,9 +360,17 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
         expected = (output.logits if checkpoint.kind == "causal-lm" else output.last_hidden_state)[0].numpy()
 
     context.progress.step(STEPS[2])
-    if checkpoint.kind == "causal-lm":
+    fused_reason: str | None = None  # why a fused format fell back to the optimum export
+    fused_cpu = checkpoint.cpu_format in FUSED_FALLBACK and "cpu" in context.providers
+    if fused_cpu:
+        from nrt.adapters.catalogue.builders import fused
+
+        fused_reason = fused.unsupported(checkpoint.directory)
+    needs_export = not fused_cpu or fused_reason is not None or any(p != "cpu" for p in context.providers)
+    export = context.work / "export"
+    if needs_export and checkpoint.kind == "causal-lm":
         export = export_causal_lm(model, context.work, add_position_ids=not _exports_position_ids(model))
-    else:
+    elif needs_export:
         export = export_feature_extraction(model, context.work)
     del model
 
@@ -343,15 +381,24 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
         if provider == "cpu":
             context.progress.step(CPU_STEPS[0])
             quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
-            if checkpoint.cpu_format in ("int8", "int4"):
-                bits: Literal[4, 8] = 4 if checkpoint.cpu_format == "int4" else 8
-                report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
-                detail = report.scheme
-            else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
-                copy_model(export, target)
-                detail = "fp32: the checkpoint's weights, unquantised"
-            if checkpoint.kind == "causal-lm":
-                add_logits_to_keep(target / MODEL_FILE)
+            plain = FUSED_FALLBACK.get(checkpoint.cpu_format, checkpoint.cpu_format)
+            if fused_cpu and fused_reason is None:
+                fused.build_fused(checkpoint.directory, target, FUSED_PRECISION[checkpoint.cpu_format], context.work)
+                detail = fused.detail(FUSED_PRECISION[checkpoint.cpu_format])
+            else:
+                if fused_cpu:  # the optimum export of the same weight format (the recipe stays the variant's)
+                    quantization = CPU_FORMATS[plain][0]
+                if plain in ("int8", "int4"):
+                    bits: Literal[4, 8] = 4 if plain == "int4" else 8
+                    report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
+                    detail = report.scheme
+                else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
+                    copy_model(export, target)
+                    detail = "fp32: the checkpoint's weights, unquantised"
+                if checkpoint.kind == "causal-lm":
+                    add_logits_to_keep(target / MODEL_FILE)
+                if fused_reason is not None:
+                    detail = f"optimum export, not fused ({fused_reason}): {detail}"
             context.progress.step(CPU_STEPS[1])
         else:
             context.progress.step(CUDA_STEPS[0])
@@ -378,7 +425,9 @@ def _exports_position_ids(model: Any) -> bool:
 
 
 def _companions(checkpoint: Path, export: Path, target: Path) -> None:
-    shutil.copyfile(export / CONFIG_FILE, target / CONFIG_FILE)
+    """config.json (the export's, or the checkpoint's for a fused graph, built without one) and the companions."""
+    config = export / CONFIG_FILE if (export / CONFIG_FILE).is_file() else checkpoint / CONFIG_FILE
+    shutil.copyfile(config, target / CONFIG_FILE)
     for name in COMPANIONS:
         if (checkpoint / name).is_file():
             shutil.copyfile(checkpoint / name, target / name)

@@ -201,7 +201,7 @@ class BatchingGenerator:
         self._rows: list[_Ticket] = []
         self._prefilling: deque[_Ticket] = deque()  # admitted, prompt not fully run yet
         self._prefixes_to_keep: list[tuple[Generation, KV]] = []  # prompts just prefilled, for the prefix cache
-        self._kv = BatchKV()
+        self._kv = BatchKV(right_padded=self.model.right_padded)
         self._next = np.zeros((0, 1), dtype=np.int64)
         self._stepper = model.stepper()
         self._ops = model.ops
@@ -523,5 +523,5 @@ class BatchingGenerator:
                 outbox.put(ticket, exc)
         self._rows = []
         self._prefilling.clear()
-        self._kv = BatchKV()
+        self._kv = BatchKV(right_padded=self.model.right_padded)
         self._next = np.zeros((0, 1), dtype=np.int64)

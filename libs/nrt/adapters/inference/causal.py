@@ -77,6 +77,7 @@ class CausalLM:
         self.eos_ids = frozenset(self.spec.eos_token_ids)
         self._prepend_bos = read_record(self.artifact_dir).tokenizer_adds_special_tokens is False
         self._helper_graphs = helper_graphs
+        self._probed: dict[bool, dict[int, float]] = {}  # right_padded -> padding -> error
 
     @classmethod
     def load(cls, artifact_dir: Path | str, providers: Sequence[str] | None = None) -> CausalLM:
@@ -106,16 +107,25 @@ class CausalLM:
         return frozenset(i for i, token in self.tokenizer.get_added_tokens_decoder().items() if token.special)
 
     @functools.cached_property
+    def right_padded(self) -> bool:
+        """Whether a batch's rows are padded on the right (valid keys from column 0): a fused graph's
+        GroupQueryAttention reads each row's keys up to the mask's sum. Measured, as
+        :attr:`can_batch` is: a graph that hides left padding is padded on the left."""
+        return not self._batches(right=False) and self._batches(right=True)
+
+    @functools.cached_property
     def padding_errors(self) -> dict[int, float]:
-        """:meth:`left_padding_error` for the paddings that kernels' SIMD widths make distinct."""
-        return {pad: self.left_padding_error(pad) for pad in _PADDINGS}
+        """:meth:`left_padding_error` (or its right-padded twin) for the paddings that kernels'
+        SIMD widths make distinct, on the side the batch pads."""
+        return self._padding_errors(self.right_padded)
 
     @functools.cached_property
     def can_batch(self) -> bool:
-        """Whether rows of different lengths can share a left-padded batch.
+        """Whether rows of different lengths can share a padded batch.
 
         Measured, not assumed, with one decode step over a cache alone and over the same
-        cache with columns padded on the left and masked out. Two things must hold:
+        cache with columns padded on the left (on the right for a graph of
+        :attr:`right_padded`) and masked out. Two things must hold:
 
         - the padding is hidden: what the padded columns hold changes nothing at all
           (the graph honours the attention mask);
@@ -132,36 +142,51 @@ class CausalLM:
         2% of the logit scale on Gemma 3 270M int8), not bit for bit. Such a model still
         batches; :attr:`batch_exact` says which kind this is.
         """
-        return self.padding_hidden() and min(self.padding_errors.values()) <= _EXACT
+        return self._batches(self.right_padded)
 
     @functools.cached_property
     def batch_exact(self) -> bool:
         """Whether a batched row computes bit-for-bit-close logits to the same row alone, at any padding."""
         return self.can_batch and max(self.padding_errors.values()) <= _EXACT
 
-    def padding_hidden(self, pad: int = 3) -> bool:
+    def _batches(self, right: bool) -> bool:
+        return self.padding_hidden(right=right) and min(self._padding_errors(right).values()) <= _EXACT
+
+    def _padding_errors(self, right: bool) -> dict[int, float]:
+        errors = self._probed.get(right)
+        if errors is None:
+            errors = self._probed[right] = {pad: self.left_padding_error(pad, right=right) for pad in _PADDINGS}
+        return errors
+
+    def padding_hidden(self, pad: int = 3, *, right: bool = False) -> bool:
         """Whether the values in masked-out padding columns leave a decode step unchanged."""
-        zeros = self._padded_step(pad, np.zeros)
-        noise = self._padded_step(pad, lambda shape, dtype: np.full(shape, 7.0, dtype=dtype))
+        zeros = self._padded_step(pad, np.zeros, right)
+        noise = self._padded_step(pad, lambda shape, dtype: np.full(shape, 7.0, dtype=dtype), right)
         return bool(np.array_equal(zeros, noise))
 
-    def left_padding_error(self, pad: int = 3) -> float:
-        """Max |logit difference| of one decode step with vs without ``pad`` left padding,
-        relative to the logits' scale."""
-        plain = self._padded_step(0, np.zeros)
-        padded = self._padded_step(pad, np.zeros)
+    def left_padding_error(self, pad: int = 3, *, right: bool = False) -> float:
+        """Max |logit difference| of one decode step with vs without ``pad`` left padding (right
+        padding with ``right``), relative to the logits' scale."""
+        plain = self._padded_step(0, np.zeros, right)
+        padded = self._padded_step(pad, np.zeros, right)
         scale = 1.0 + float(np.abs(plain).max())
         return float(np.abs(plain.astype(np.float64) - padded).max()) / scale
 
-    def _padded_step(self, pad: int, fill: Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray]) -> FloatArray:
-        """The logits of one decode step after a fixed 6-token prompt, its cache left-padded by ``pad`` columns of ``fill``."""
+    def _padded_step(
+        self, pad: int, fill: Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray], right: bool = False
+    ) -> FloatArray:
+        """The logits of one decode step after a fixed 6-token prompt, its cache padded by ``pad``
+        columns of ``fill`` on the left (on the right with ``right``)."""
         vocab = self.spec.vocab_size
         prompt = np.array([[(17 * i + 5) % vocab for i in range(6)]], dtype=np.int64)
         n = prompt.shape[1]
         _, past = self.forward(prompt, np.ones((1, n), np.int64), np.arange(n)[None, :], self.empty_past())
         step = np.array([[(31 * n) % vocab]], dtype=np.int64)
-        padded_past = [np.concatenate([fill((*a.shape[:2], pad, a.shape[3]), a.dtype), a], axis=2) for a in past]
-        mask = np.concatenate([np.zeros((1, pad), np.int64), np.ones((1, n + 1), np.int64)], axis=1)
+        padding = [fill((*a.shape[:2], pad, a.shape[3]), a.dtype) for a in past]
+        parts = [(p, a) if not right else (a, p) for a, p in zip(past, padding, strict=True)]
+        padded_past = [np.concatenate(pair, axis=2) for pair in parts]
+        ones, zeros = np.ones((1, n + 1), np.int64), np.zeros((1, pad), np.int64)
+        mask = np.concatenate([ones, zeros] if right else [zeros, ones], axis=1)
         logits, _ = self.forward(step, mask, np.array([[n]]), padded_past)
         return logits
 

@@ -1,11 +1,17 @@
-"""Key/value cache layouts: one sequence's cache, and a left-padded batch of them.
+"""Key/value cache layouts: one sequence's cache, and a padded batch of them.
 
 Tensors are ``OrtValue`` s on the model's device (see :mod:`nrt.adapters.inference.kv_tensors`). A batch
 stores every layer's keys and values as ``[B, heads, width, head_dim]``. Row ``b`` holds
 its ``lengths[b]`` valid positions right-aligned in columns ``[width - lengths[b], width)``;
 the columns on the left are zero padding, hidden from attention by the mask. Each decode
 step appends one column to every row, so the alignment survives from step to step without
-copying. Rows join or leave only between steps, and only then is the batch rebuilt (and
+copying.
+
+A fused graph (GroupQueryAttention, :mod:`nrt.adapters.catalogue.builders.fused`) reads row ``b``'s
+keys from column 0 up to ``lengths[b]`` (its sequence length is the mask's sum) and writes the
+step's key at column ``lengths[b]``: its batch is *right*-padded (``right_padded``), valid
+positions in ``[0, lengths[b])``; the step's output is again one column wider, each row one
+position longer, so that alignment survives too. Rows join or leave only between steps, and only then is the batch rebuilt (and
 trimmed to its longest row), on the device, by :class:`~nrt.adapters.inference.kv_tensors.DeviceOps`.
 """
 
@@ -65,11 +71,12 @@ def leading(past: Sequence[OrtValue], length: int, ops: DeviceOps) -> RowKV:
 
 @dataclass(slots=True, eq=False)
 class BatchKV:
-    """The left-padded cache of every row in the running batch."""
+    """The padded cache of every row in the running batch (left-padded unless ``right_padded``)."""
 
     past: KV = field(default_factory=list)
     lengths: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     width: int = 0
+    right_padded: bool = False
 
     @property
     def size(self) -> int:
@@ -78,6 +85,8 @@ class BatchKV:
     def attention_mask(self) -> IntArray:
         """Mask for a step that appends one column: ``[B, width + 1]``, ones on valid keys."""
         columns = np.arange(self.width + 1, dtype=np.int64)
+        if self.right_padded:
+            return (columns[None, :] <= self.lengths[:, None]).astype(np.int64)
         return (columns[None, :] >= (self.width - self.lengths)[:, None]).astype(np.int64)
 
     def advance(self, presents: KV) -> None:
@@ -92,7 +101,8 @@ class BatchKV:
         length = int(self.lengths[index])
         if self.size == 1 and length == self.width:
             return tuple(self.past)
-        return tuple(ops.select(self.past, [index], self.width - length, self.width))
+        start = 0 if self.right_padded else self.width - length
+        return tuple(ops.select(self.past, [index], start, start + length))
 
     def rebuild(self, keep: Sequence[int], joiners: Sequence[RowKV], ops: DeviceOps) -> None:
         """Keep rows ``keep`` (in that order), then append ``joiners``; re-pad to the longest."""
@@ -106,10 +116,13 @@ class BatchKV:
             return
         width = max(lengths)
         pieces: list[Piece] = []
-        if keep:  # the kept rows' last ``width`` columns hold all their valid positions
+        if keep and self.right_padded:  # the kept rows' first ``width`` columns hold all their valid positions
+            pieces.append(Piece(self.past, keep, 0, min(width, self.width)))
+        elif keep:  # the kept rows' last ``width`` columns hold all their valid positions
             pieces.append(Piece(self.past, keep, max(0, self.width - width), self.width))
         for row in joiners:
             end = width_of(row.past)
-            pieces.append(Piece(row.past, [0], end - row.length, end))
-        self.past, self.width = ops.assemble(pieces, width), width
+            start = 0 if self.right_padded else end - row.length
+            pieces.append(Piece(row.past, [0], start, start + row.length))
+        self.past, self.width = ops.assemble(pieces, width, right_padded=self.right_padded), width
         self.lengths = np.array(lengths, dtype=np.int64)

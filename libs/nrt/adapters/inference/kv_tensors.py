@@ -216,17 +216,19 @@ class DeviceOps:
         """A new cache of rows ``rows`` and columns ``[start, end)`` of ``past``."""
         return self.assemble([Piece(past, rows, start, end)], width=end - start)
 
-    def assemble(self, pieces: Sequence[Piece], width: int) -> KV:
+    def assemble(self, pieces: Sequence[Piece], width: int, *, right_padded: bool = False) -> KV:
         """A new batch of ``width`` columns: the pieces' rows one after the other, each row's
-        columns right-aligned with zeros on the left (the padding the attention mask hides)."""
+        columns right-aligned with zeros on the left (the padding the attention mask hides), or
+        with ``right_padded`` left-aligned with zeros on the right (the layout of a graph with
+        GroupQueryAttention, which reads each row's keys from column 0 up to its length)."""
         batch = sum(len(p.rows) for p in pieces)
         out = [self.allocate([batch, self.heads, width, self.head_dim]) for _ in range(self.tensors)]
         row_bytes = self.heads * width * self.head_dim * self.kv_dtype.itemsize
         with self._lock:
-            self._assemble_into(out, pieces, width, row_bytes)
+            self._assemble_into(out, pieces, width, row_bytes, right_padded)
         return out
 
-    def _assemble_into(self, out: KV, pieces: Sequence[Piece], width: int, row_bytes: int) -> None:
+    def _assemble_into(self, out: KV, pieces: Sequence[Piece], width: int, row_bytes: int, right_padded: bool) -> None:
         first = 0
         binding = self._slice
         for piece in pieces:
@@ -237,7 +239,8 @@ class DeviceOps:
             binding.host_input("rows", np.asarray(piece.rows, dtype=np.int64))
             binding.host_input("start", np.array([piece.start], dtype=np.int64))
             binding.host_input("end", np.array([piece.end], dtype=np.int64))
-            binding.host_input("pads", np.array([0, 0, pad, 0, 0, 0, 0, 0], dtype=np.int64))
+            pads = [0, 0, 0, 0, 0, 0, pad, 0] if right_padded else [0, 0, pad, 0, 0, 0, 0, 0]
+            binding.host_input("pads", np.array(pads, dtype=np.int64))
             for name, value in zip(self._slice_inputs, piece.past, strict=True):
                 binding.input(name, value)
             shape = [count, self.heads, width, self.head_dim]

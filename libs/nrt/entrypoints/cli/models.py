@@ -54,6 +54,7 @@ from nrt.adapters.catalogue.checkpoints import (
     UserModel,
     checkpoint_entry,
     cpu_format,
+    graph_path,
     hub_checkpoint,
     is_checkpoint,
     label_user_model,
@@ -336,8 +337,15 @@ def _print_variants(name: str, speed: bool) -> None:
             built = _STATE_LABELS.get(current.state, current.state)
             size = f"~{_size(variant.approx_bytes)}"
         measured = _speed(current.directory, current.record) if speed and current.state == "ready" else None
+        graph = graph_path(current.record if current.state == "ready" else None)
         table.add_row(
-            variant.provider, variant.quantization, built, size, *_speed_cell(speed, measured), str(current.directory)
+            variant.provider,
+            variant.quantization,
+            graph,
+            built,
+            size,
+            *_speed_cell(speed, measured),
+            str(current.directory),
         )
     _out.print(table)
 
@@ -350,6 +358,7 @@ def _print_user_variants(model: UserModel, speed: bool) -> None:
         table.add_row(
             record.provider,
             record.quantization or "?",
+            graph_path(record),
             "[green]yes[/green]",
             _size(record.total_bytes),
             *_speed_cell(speed, measured),
@@ -360,7 +369,7 @@ def _print_user_variants(model: UserModel, speed: bool) -> None:
 
 def _variants_table(title: str, speed: bool) -> Table:
     table = Table(title=f"{title}: variants")
-    for column in ("provider", "quantization", "built", "size"):
+    for column in ("provider", "quantization", "graph", "built", "size"):
         table.add_column(column, overflow="fold")
     if speed:
         table.add_column("decode here", no_wrap=True)
