@@ -166,20 +166,22 @@ def template_of(encode: Callable[[str], list[int]], tokens: int) -> str:
 
 
 async def shared_prefix_turns(nc: Client, model_id: str, encode: Callable[[str], list[int]]) -> None:
-    """Turn 1 of new sessions whose prompts start with one template (its KV held by the worker after the
-    first two) vs turn 1 with a template no earlier prompt started with, alternating."""
+    """Turn 1 of new sessions whose prompts start with one template (its KV held by the worker after two
+    earlier prompts started with it) vs turn 1 with a template no earlier prompt started with, alternating."""
     template = template_of(encode, TEMPLATE_TOKENS)
 
     def turn1(head: str, i: int) -> str:
         return f"{head}{template}\nQuestion {i}: where does the story begin?\nAnswer:"
 
-    for i in range(2):  # the first conversations: the template's KV is computed, then held
+    # two conversations with other questions first: the first prompt's ids are noted, the second proves the
+    # template shared and stores its KV (copied from its own); the measured turns then start from it
+    for i in range(ROUNDS, ROUNDS + 2):
         await through_worker(nc, model_id, 1, f"prefix-seed-{i}", turn1("", i), f"bench-prefix-seed-{i}")
     shared, cold = float("inf"), float("inf")
     for i in range(ROUNDS):
         held = turn1("", i)
         fresh = turn1(f"Session {i} of a new specialist. ", i)  # starts differently: nothing to reuse
-        # two tokens: a new prompt's beginning is held after its first token is out, not before
+        # two tokens: what a prompt shares is stored (or its ids noted) after its first token is out, not before
         shared = min(shared, (await through_worker(nc, model_id, 2, f"prefix-{i}", held, f"bench-prefix-{i}"))[0])
         cold = min(cold, (await through_worker(nc, model_id, 2, f"noprefix-{i}", fresh, f"bench-noprefix-{i}"))[0])
     tokens = len(encode(template))

@@ -1,4 +1,5 @@
-"""The shared-prefix cache's bookkeeping: matching, what is worth storing, LRU within the bytes, changes."""
+"""The shared-prefix cache's bookkeeping: matching, what is worth storing, candidates (ids only), LRU within
+the bytes, changes."""
 
 from __future__ import annotations
 
@@ -39,10 +40,79 @@ def test_a_prompt_matches_the_longest_shared_prefix_of_its_owner_only() -> None:
 def test_what_is_worth_storing() -> None:
     # shared with an entry: that part, cut to a block boundary
     assert PrefixCache.worth_storing((*TEMPLATE, 5), 301) == block_floor(301) == 288
-    # nothing (or too little) shared: the prompt's own beginning, as a candidate, or nothing
-    assert PrefixCache.worth_storing(TEMPLATE, 20) == 288
-    assert PrefixCache.worth_storing(TEMPLATE, 20, candidate=False) == 0
-    assert PrefixCache.worth_storing(TEMPLATE[: MIN_PREFIX_TOKENS - 1], 0) == 0
+    # nothing (or too little) shared with an entry: nothing (the candidates decide)
+    assert PrefixCache.worth_storing(TEMPLATE, 20) == 0
+    assert PrefixCache.worth_storing(TEMPLATE[: MIN_PREFIX_TOKENS - 1], 40) == 0
+
+
+def after_prefill(cache: PrefixCache[str], prompt: tuple[int, ...]) -> int:
+    """What the scheduler does for a prompt: match at prefill start, then store what is worth it (its KV
+    copied only then); how many leading ids it reused."""
+    found = cache.match("m", prompt)
+    length = cache.worth_storing(prompt, found.length if found is not None else 0)
+    if length <= 0:
+        length = cache.note_candidate("m", prompt)
+    if length > 0:
+        cache.store("m", prompt[:length], kv_of)
+    return found.length if found is not None else 0
+
+
+def test_a_single_prompt_stores_nothing() -> None:
+    cache: PrefixCache[str] = PrefixCache(1_000_000)
+    assert after_prefill(cache, (*TEMPLATE, 1, 2)) == 0
+    assert (cache.total_bytes, cache.usage(), cache.drain()) == (0, [], [])  # no copy of its KV, no event
+    assert cache.candidates("m") == 1  # its ids only
+    assert cache.match("m", (*TEMPLATE, 3)) is None  # a candidate is never matched at prefill start
+
+
+def test_the_second_prompt_sharing_a_prefix_stores_it_and_the_third_reuses_it() -> None:
+    cache: PrefixCache[str] = PrefixCache(1_000_000)
+    first, second, third = ((*TEMPLATE, q, q + 1, q + 2) for q in (1, 5, 9))
+    assert after_prefill(cache, first) == 0
+    assert cache.drain() == []
+    assert after_prefill(cache, second) == 0  # it computed the template too: it proves it shared
+    shared = TEMPLATE[: block_floor(len(TEMPLATE))]
+    assert cache.drain() == [PrefixKvChange("stored", "m", prefix_key(shared), 288, 2880)]
+    assert after_prefill(cache, third) == 288  # reused from the third on
+    assert cache.drain() == []  # held already
+    assert [u.tokens for u in cache.usage()] == [288]
+
+
+def test_a_shared_part_shorter_than_the_minimum_stores_nothing() -> None:
+    cache: PrefixCache[str] = PrefixCache(1_000_000)
+    head = TEMPLATE[: MIN_PREFIX_TOKENS - 1]
+    assert cache.note_candidate("m", (*head, *range(5000, 5100))) == 0
+    assert cache.note_candidate("m", (*head, *range(6000, 6100))) == 0
+    # a prompt shorter than the minimum is not even noted
+    assert cache.note_candidate("m", head) == 0
+    assert cache.candidates("m") == 2
+    # shared with the longest candidate, cut to a block
+    assert cache.note_candidate("m", (*head, *range(5000, 5020), 1)) == block_floor(len(head) + 20) == 48
+
+
+def test_candidates_are_per_owner_and_bounded_least_recently_used_first() -> None:
+    cache: PrefixCache[str] = PrefixCache(1_000_000, max_candidates=3)
+    prompts = [tuple(range(s, s + 40)) for s in range(0, 5000, 1000)]  # five prompts, no two alike
+    for p in prompts[:3]:
+        assert cache.note_candidate("m", p) == 0
+    assert cache.note_candidate("n", prompts[3]) == 0  # another owner's prompt: it is not compared with m's
+    assert cache.note_candidate("m", prompts[0]) == 32  # shares its block-aligned ids with itself; marked used
+    assert cache.note_candidate("m", prompts[4]) == 0  # the least recently used (prompts[1]) goes
+    assert (cache.candidates("m"), cache.candidates("n")) == (3, 1)
+    assert cache.note_candidate("m", prompts[1]) == 0  # forgotten: compared with nothing, noted again
+    assert cache.note_candidate("m", prompts[0]) == 32
+    for i in range(1000):  # many distinct prompts: the index stays within its bound
+        cache.note_candidate("m", tuple(range(10_000 + i * 50, 10_000 + i * 50 + 48)))
+    assert cache.candidates("m") == 3
+    assert cache.drain() == []  # candidates make no events
+    assert cache.total_bytes == 0  # and hold no bytes
+
+
+def test_nothing_is_noted_where_nothing_can_be_held() -> None:
+    cache: PrefixCache[str] = PrefixCache(0)
+    assert cache.note_candidate("m", TEMPLATE) == 0
+    assert cache.note_candidate("m", TEMPLATE) == 0
+    assert cache.candidates("m") == 0
 
 
 def test_store_holds_once_and_records_the_change() -> None:
@@ -82,7 +152,9 @@ def test_evict_and_clear() -> None:
     cache.store("n", TEMPLATE[:48], kv_of)
     assert cache.evict("m", prefix_key(TEMPLATE[:32])) == 320
     assert cache.evict("m", prefix_key(TEMPLATE[:32])) == 0
+    cache.note_candidate("n", TEMPLATE)
     dropped = cache.clear()
     assert [(d.owner, d.tokens) for d in dropped] == [("n", 48)]
     assert cache.total_bytes == 0
     assert cache.match("n", TEMPLATE) is None
+    assert cache.candidates("n") == 0

@@ -1,12 +1,13 @@
-"""Shared-prefix KV on the tiny model: prompts that start with one template reuse its KV, and every
-greedy output is the one a full prefill gives (new sessions, a session on top, a batch of them)."""
+"""Shared-prefix KV on the tiny model: prompts that start with one template reuse its KV (the second such
+prompt stores it, the third on reuse it), and every greedy output is the one a full prefill gives (new
+sessions, a session on top, a batch of them)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from nrt.adapters.inference import BatchingGenerator, CausalLM, ChatMessage, Chunk, GenerationRequest, PromptTemplate
-from nrt.adapters.inference.prefixes import MIN_PREFIX_TOKENS
+from nrt.adapters.inference.prefixes import BLOCK_TOKENS, MIN_PREFIX_TOKENS, block_floor, common_prefix
 
 TEMPLATE = PromptTemplate()
 SYSTEM = "You are the billing specialist. Answer in one short sentence, politely. " * 3
@@ -35,24 +36,34 @@ async def test_new_sessions_sharing_a_template_reuse_its_kv_with_identical_outpu
     generator: BatchingGenerator,
 ) -> None:
     template_ids = len(generator.model.encode(prompt("")))
+    # what the first two prompts share, cut to a block: the entry the second stores, which later ones reuse
+    shared = block_floor(common_prefix(*(generator.model.encode(prompt(q)) for q in QUESTIONS[:2])))
+    assert template_ids - 8 - BLOCK_TOKENS < shared <= template_ids
     for i, question in enumerate(QUESTIONS):
         request = GenerationRequest(prompt=prompt(question), max_tokens=10, session_id=f"s{i}", prefix_owner="m")
         with_cache = await run(generator, request)
         without = await run(generator, GenerationRequest(prompt=prompt(question), max_tokens=10))
         assert ids(with_cache) == ids(without)
         assert cached(without) == 0
-        if i == 0:
-            assert cached(with_cache) == 0  # the first prompt computes it
+        if i < 2:
+            assert cached(with_cache) == 0  # the first prompt is noted, the second proves the template shared
         else:
-            assert template_ids - 8 <= cached(with_cache) < template_ids + len(question)
+            assert cached(with_cache) == shared
     held = generator.prefixes.usage()
     assert held
     assert all(u.owner == "m" and u.tokens >= MIN_PREFIX_TOKENS for u in held)
     assert generator.stats().prefix_bytes == sum(u.nbytes for u in held) > 0
 
 
+async def seed(generator: BatchingGenerator, *questions: str) -> None:
+    """Prompts of the template before the test's: the second stores the part they share."""
+    for question in questions:
+        await run(generator, GenerationRequest(prompt=prompt(question), max_tokens=4, prefix_owner="m"))
+    assert generator.prefixes.usage()
+
+
 async def test_a_session_on_top_of_a_shared_prefix(generator: BatchingGenerator) -> None:
-    await run(generator, GenerationRequest(prompt=prompt(QUESTIONS[0]), max_tokens=6, prefix_owner="m"))
+    await seed(generator, QUESTIONS[0], QUESTIONS[3])
     first = await run(
         generator, GenerationRequest(prompt=prompt(QUESTIONS[1]), max_tokens=8, session_id="conv", prefix_owner="m")
     )
@@ -68,7 +79,7 @@ async def test_a_session_on_top_of_a_shared_prefix(generator: BatchingGenerator)
 
 
 async def test_a_batch_of_requests_sharing_it(generator: BatchingGenerator) -> None:
-    await run(generator, GenerationRequest(prompt=prompt("Hello"), max_tokens=4, prefix_owner="m"))
+    await seed(generator, "Hello", "Hi there")
 
     async def both(question: str) -> tuple[list[Chunk], list[Chunk]]:
         shared = run(generator, GenerationRequest(prompt=prompt(question), max_tokens=12, prefix_owner="m"))
@@ -85,7 +96,8 @@ async def test_a_batch_of_requests_sharing_it(generator: BatchingGenerator) -> N
 async def test_entries_are_evicted_least_recently_used_within_the_bytes(tiny_llama: CausalLM) -> None:
     probe = BatchingGenerator(tiny_llama)
     try:
-        await run(probe, GenerationRequest(prompt=prompt("x"), max_tokens=1, prefix_owner="m"))
+        for question in ("x", "y"):
+            await run(probe, GenerationRequest(prompt=prompt(question), max_tokens=1, prefix_owner="m"))
         (entry,) = probe.prefixes.usage()
     finally:
         await probe.aclose()
@@ -93,8 +105,9 @@ async def test_entries_are_evicted_least_recently_used_within_the_bytes(tiny_lla
     try:
         other = "You are the shipping specialist. Track parcels and nothing else. " * 3
         for system in (SYSTEM, other):
-            text = TEMPLATE.render([ChatMessage("system", system), ChatMessage("user", "hi")])
-            await run(small, GenerationRequest(prompt=text, max_tokens=1, prefix_owner="m"))
+            for question in ("hi", "yes"):  # the second stores what they share
+                text = TEMPLATE.render([ChatMessage("system", system), ChatMessage("user", question)])
+                await run(small, GenerationRequest(prompt=text, max_tokens=1, prefix_owner="m"))
         changes = small.prefixes.drain()
         assert [c.action for c in changes] == ["stored", "stored", "evicted"]
         assert changes[2].key == changes[0].key

@@ -1,5 +1,6 @@
 """Shared-prefix KV on a worker: requests of a model that start alike reuse the shared part's KV
-(``cached_tokens``), and every stored and evicted prefix is recorded as an event."""
+(``cached_tokens``) from the third on (the second stores it), and every stored and evicted prefix is
+recorded as an event (a prompt nobody shares records none)."""
 
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ async def load(jobs: Jobs) -> BatchingGenerator:
 async def test_requests_sharing_a_template_reuse_its_kv_and_record_it(jobs: Jobs) -> None:
     runtime = await load(jobs)
     first = await answer(jobs, ask(1, "Why was I charged twice?", "a"))
+    assert jobs.shell.of(PrefixKvStored) == []  # a prompt nobody shares yet: its ids are noted, nothing held
     second = await answer(jobs, ask(2, "Where is my invoice?", "b"))
     third = await answer(jobs, ask(3, "Can I pay later?"))
-    assert cached(first) == 0
-    assert cached(second) >= len(TEMPLATE)  # tiny-llama: a token per byte, after its BOS
-    assert cached(third) >= len(TEMPLATE)
+    fourth = await answer(jobs, ask(4, "How do I get a refund?", "c"))
+    assert cached(first) == cached(second) == 0  # the second proves the template shared and stores it
+    assert cached(third) >= len(TEMPLATE)  # tiny-llama: a token per byte, after its BOS
+    assert cached(fourth) >= len(TEMPLATE)
     stored = jobs.shell.of(PrefixKvStored)
-    assert [(e.model_id, e.worker_id) for e in stored] == [("m", "w-jobs")] * 2  # a candidate, then the shared part
-    shared = stored[1]
+    assert [(e.model_id, e.worker_id) for e in stored] == [("m", "w-jobs")]  # the shared part, once
+    shared = stored[0]
     assert shared.tokens % 16 == 0
     common = 1 + len(TEMPLATE + "\nQuestion: ")  # BOS and the text every prompt starts with
     assert common - 16 < shared.tokens <= common
@@ -64,12 +67,15 @@ async def test_prefixes_beyond_the_worker_s_bytes_are_evicted_and_recorded(jobs:
     jobs.host.prefix_cache_bytes = 1  # nothing fits: nothing is held
     runtime = await load(jobs)
     await answer(jobs, ask(1, "Why?"))
+    await answer(jobs, ask(2, "How?"))
     assert jobs.shell.of(PrefixKvStored) == []
     runtime.prefixes.capacity_bytes = 10**9
-    await answer(jobs, ask(2, "Why?"))
+    await answer(jobs, ask(3, "Why?"))  # the same prompt as the first: what they share is all of it
     (held,) = jobs.shell.of(PrefixKvStored)
     runtime.prefixes.capacity_bytes = held.kv_bytes  # room for one entry
-    await answer(jobs, ask(3, "How?", template="Another specialist's rules, long enough to be held. " * 3))
+    other = "Another specialist's rules, long enough to be held. " * 3
+    await answer(jobs, ask(4, "How?", template=other))
+    await answer(jobs, ask(5, "Why not?", template=other))  # the second stores what they share
     evicted = jobs.shell.of(PrefixKvEvicted)
     assert [(e.prefix_key, e.bytes_freed, e.reason) for e in evicted] == [
         (held.prefix_key, held.kv_bytes, "prefix_cache_full")

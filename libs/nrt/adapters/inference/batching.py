@@ -393,14 +393,18 @@ class BatchingGenerator:
         return _Prefill(cached.prefix(reuse, self._ops).past, reuse)
 
     def _keep_prefix(self, gen: Generation, past: KV) -> None:
-        """After a prompt's prefill: hold the part it shares with its owner's other prompts (or, for a
-        prompt that did not continue its session's cache, its own beginning, a candidate)."""
+        """After a prompt's prefill: hold the part it shares with a held entry of its owner or, failing
+        that and unless it continued its session's cache, with an earlier prompt of its owner (a candidate:
+        ids only), copied from its own cache, which holds those columns. A prompt that shares nothing is
+        only noted: no copy."""
         owner = gen.request.prefix_owner
         if owner is None:
             return
         prompt = gen.prompt_ids
         continued = gen.request.session_id is not None and gen.cached_tokens > gen.prefix_shared
-        length = self.prefixes.worth_storing(prompt, gen.prefix_shared, candidate=not continued)
+        length = self.prefixes.worth_storing(prompt, gen.prefix_shared)
+        if length <= 0 and not continued:
+            length = self.prefixes.note_candidate(owner, prompt)
         if length <= 0:
             return
 

@@ -13,8 +13,16 @@ Entries are found without any hint from the template: after a prompt is prefille
 
 * when it shared at least ``MIN_PREFIX_TOKENS`` with an entry, the shared part (cut down to a
   block boundary) is what many requests start with: it is stored as its own entry unless held;
-* else the prompt itself (cut down to a block boundary) is stored as a candidate: the next
-  prompt that shares its beginning reuses it, and stores the part they share.
+* else it is compared with the *candidates*, the token ids of its owner's recent prompts (cut down
+  to a block boundary; no KV, no bytes, no events: at most ``max_candidates`` per owner, least
+  recently used out, found by their first block like the entries): when it shares at least
+  ``MIN_PREFIX_TOKENS`` with one, that shared part (cut down to a block boundary) is stored, its KV
+  copied from the prompt's own, just computed; the prompt is then noted as a candidate itself
+  (not for a prompt that continued its session's cache: what it shares with its own earlier turns
+  is its conversation's, not a shared prefix; the scheduler skips this step for it).
+
+So a prompt nobody shares costs no copy of its KV, no bytes and no event: the second prompt that
+starts alike proves the prefix shared and stores it, and the third onwards reuses it.
 
 Cutting at a block boundary keeps the few ids that two user messages happen to share after the
 template (a "The", a space) out of the shared entries, so one template gives one entry.
@@ -40,16 +48,19 @@ from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 T = TypeVar("T")
 
 BLOCK_TOKENS = 16  # entries end on a multiple of this many tokens
 MIN_PREFIX_TOKENS = 32  # a shorter shared beginning is not worth an entry
+DEFAULT_MAX_CANDIDATES = 256  # recent prompts' ids kept per owner to find shared beginnings (8 bytes an id)
 
 PrefixKvAction = Literal["stored", "evicted"]
+Ids = npt.NDArray[np.int64]
 
 
-def prefix_key(tokens: Sequence[int]) -> str:
+def prefix_key(tokens: Sequence[int] | Ids) -> str:
     """The key of a prefix: a hash of its token ids (16 hex digits)."""
     return hashlib.blake2b(np.asarray(tokens, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
 
@@ -65,6 +76,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _common_ids(a: Ids, b: Ids) -> int:
+    """:func:`common_prefix` of two id arrays, compared at once."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -107,15 +125,19 @@ class PrefixUsage:
 
 
 class PrefixCache(Generic[T]):
-    """(owner, key) -> a prefix's cache, least recently used first, within ``capacity_bytes``."""
+    """(owner, key) -> a prefix's cache, least recently used first, within ``capacity_bytes``; and per
+    owner, the ids of at most ``max_candidates`` recent prompts (no cache) to find what they share."""
 
-    def __init__(self, capacity_bytes: int) -> None:
+    def __init__(self, capacity_bytes: int, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> None:
         self.capacity_bytes = capacity_bytes
+        self.max_candidates = max_candidates
         self._entries: OrderedDict[tuple[str, str], PrefixEntry[T]] = OrderedDict()
         self._last_used: dict[tuple[str, str], float] = {}
         self._by_block: dict[tuple[str, tuple[int, ...]], set[str]] = {}  # (owner, first block) -> keys
         self._changes: list[PrefixKvChange] = []
         self._bytes = 0
+        self._candidates: dict[str, OrderedDict[str, Ids]] = {}  # owner -> key -> ids, LRU first
+        self._candidate_blocks: dict[tuple[str, tuple[int, ...]], set[str]] = {}  # (owner, first block) -> keys
         self._lock = threading.Lock()
 
     # -- matching ----------------------------------------------------------------------
@@ -138,14 +160,48 @@ class PrefixCache(Generic[T]):
             return best
 
     @staticmethod
-    def worth_storing(prompt: Sequence[int], matched: int, *, candidate: bool = True) -> int:
-        """How many leading ids of a prefilled ``prompt`` to store (0: none): the block-aligned part it
-        shared with an entry when that is long enough, else (``candidate``) the prompt's own block-aligned part."""
+    def worth_storing(prompt: Sequence[int], matched: int) -> int:
+        """How many leading ids of a prefilled ``prompt`` that shared ``matched`` with a held entry to store
+        (0: none): that shared part cut to a block boundary, when it is long enough."""
         shared = block_floor(min(matched, len(prompt)))
-        if shared >= MIN_PREFIX_TOKENS:
-            return shared
-        whole = block_floor(len(prompt)) if candidate else 0
-        return whole if whole >= MIN_PREFIX_TOKENS else 0
+        return shared if shared >= MIN_PREFIX_TOKENS else 0
+
+    def note_candidate(self, owner: str, prompt: Sequence[int]) -> int:
+        """Compare a prefilled ``prompt`` with the candidates of ``owner``, then note it as one (its
+        block-aligned ids, no cache). How many leading ids to store (0: none): the block-aligned part it
+        shares with the candidate it shares the most with, when that is long enough (that candidate is
+        marked used). Nothing is noted where nothing can be held (``capacity_bytes`` 0)."""
+        length = block_floor(len(prompt))
+        if length < MIN_PREFIX_TOKENS or self.capacity_bytes <= 0:
+            return 0
+        ids = np.asarray(prompt[:length], dtype=np.int64)
+        block = (owner, tuple(int(t) for t in ids[:BLOCK_TOKENS]))
+        key = prefix_key(ids)
+        with self._lock:
+            noted = self._candidates.setdefault(owner, OrderedDict())
+            best, best_key = 0, None
+            for other in self._candidate_blocks.get(block, ()):
+                shared = _common_ids(noted[other], ids)
+                if shared > best:
+                    best, best_key = shared, other
+            if best_key is not None:
+                noted.move_to_end(best_key)
+            if key in noted:
+                noted.move_to_end(key)
+            else:
+                noted[key] = ids
+                self._candidate_blocks.setdefault(block, set()).add(key)
+                while len(noted) > self.max_candidates:
+                    self._forget(owner, *noted.popitem(last=False))
+            if not noted:
+                del self._candidates[owner]
+        shared = block_floor(best)
+        return shared if shared >= MIN_PREFIX_TOKENS else 0
+
+    def candidates(self, owner: str) -> int:
+        """How many candidates ``owner`` has noted."""
+        with self._lock:
+            return len(self._candidates.get(owner, ()))
 
     def holds(self, owner: str, tokens: Sequence[int]) -> bool:
         """Whether exactly these ids are held (marking the entry used)."""
@@ -190,12 +246,15 @@ class PrefixCache(Generic[T]):
             return self._evict((owner, key))
 
     def clear(self) -> list[PrefixKvChange]:
-        """Drop every entry (the model's session is going): what was dropped, not recorded as changes."""
+        """Drop every entry and candidate (the model's session is going): the entries dropped, not
+        recorded as changes."""
         with self._lock:
             dropped = [PrefixKvChange("evicted", o, k, len(e.tokens), e.nbytes) for (o, k), e in self._entries.items()]
             self._entries.clear()
             self._last_used.clear()
             self._by_block.clear()
+            self._candidates.clear()
+            self._candidate_blocks.clear()
             self._bytes = 0
             return dropped
 
@@ -241,3 +300,11 @@ class PrefixCache(Generic[T]):
         self._bytes -= entry.nbytes
         self._changes.append(PrefixKvChange("evicted", entry.owner, entry.key, len(entry.tokens), entry.nbytes))
         return entry.nbytes
+
+    def _forget(self, owner: str, key: str, ids: Ids) -> None:
+        """Drop a candidate (already out of its owner's candidates) from the first-block index."""
+        block = (owner, tuple(int(t) for t in ids[:BLOCK_TOKENS]))
+        keys = self._candidate_blocks[block]
+        keys.discard(key)
+        if not keys:
+            del self._candidate_blocks[block]
