@@ -72,11 +72,17 @@ async def test_a_direct_message_has_only_text_and_takes_the_system_field(stack: 
         system=[{"type": "text", "text": system}],
         messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
     )
+    again = await anthropic_client.messages.create(
+        model="fallback", max_tokens=4, system=system, messages=user("hello")
+    )
     without = await anthropic_client.messages.create(model="fallback", max_tokens=4, messages=user("hello"))
-    prompt = [m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) for m in (without, with_system, as_blocks)]
+    prompt = [
+        m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) for m in (without, with_system, as_blocks, again)
+    ]
     assert prompt[1] > prompt[0]  # the system prompt reached the model
-    assert prompt[2] == prompt[1]
-    assert (as_blocks.usage.cache_read_input_tokens or 0) > 0  # the same prompt again: its KV was held
+    assert prompt[3] == prompt[2] == prompt[1]
+    # the same prompt a third time: the second stored what the first two share, the third reuses its KV
+    assert (again.usage.cache_read_input_tokens or 0) > 0
 
 
 async def test_a_routed_stream_sends_anthropics_event_sequence(stack: Stack) -> None:
