@@ -6,14 +6,25 @@ transformers classes of newer releases (multimodal models it does not build here
 stood in for by empty classes. It reads RoPE settings from transformers 5's
 ``config.rope_parameters`` (``rope_type``, ``rope_theta`` and the scaling's own keys); transformers
 4.x keeps them in ``rope_scaling`` (``None`` for plain RoPE) and ``rope_theta``: they are copied over.
+
+The builder is pure Python; the package around it (``onnxruntime_genai``) loads a native library
+built against the ``onnxruntime`` distribution, which a GPU host does not have (``onnxruntime-gpu``
+installs the same module). So the package is installed without its dependencies
+(``scripts/bootstrap``) and stood in for by a namespace that only locates its files
+(:func:`package_without_native_library`): the builder never loads the native part.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
 import sys
+import types
+from importlib import metadata
 from typing import Any
+
+PACKAGE = "onnxruntime_genai"
 
 _IMPORTED = (  # what the builder imports from transformers at module level
     "AutoConfig",
@@ -47,6 +58,19 @@ def stand_in_missing_classes() -> list[str]:
     return missing
 
 
+def package_without_native_library() -> None:
+    """Register ``onnxruntime_genai`` as a bare package (its files, its version) without running its
+    ``__init__``, which loads the native runtime."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{PACKAGE} is not installed")
+    package = types.ModuleType(PACKAGE)
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__version__ = metadata.version("onnxruntime-genai")  # type: ignore[attr-defined]
+    package.__commit__ = None  # type: ignore[attr-defined]
+    sys.modules[PACKAGE] = package
+
+
 def tolerate_transformers_4_rope() -> None:
     import onnxruntime_genai.models as models
 
@@ -72,6 +96,7 @@ def tolerate_transformers_4_rope() -> None:
 def main() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    package_without_native_library()
     stand_in_missing_classes()
     tolerate_transformers_4_rope()
     sys.argv = ["onnxruntime_genai.models.builder", *sys.argv[1:]]
