@@ -121,10 +121,11 @@ class Settings(BaseSettings):
         description="the address the metrics port listens on (`nrt up`: the gateway's address)",
     )
     fused_graphs: bool = Field(
-        default=False,
+        default=True,
         description="`1`: an operator's decoder checkpoint is prepared for the CPU as a fused graph "
-        "(onnxruntime-genai's model builder: GroupQueryAttention, MatMulNBits; the `bench` extra), the optimum "
-        "export remaining the fallback for an architecture the builder lacks (`nrt models info` says which)",
+        "(onnxruntime-genai's model builder: GroupQueryAttention, MatMulNBits; a GGUF's int8 graph holds the "
+        "GGUF's own blocks), the optimum export remaining the fallback for an architecture the builder lacks or a "
+        "host without it (`nrt models info` says which); `0`: the optimum export always",
     )
     uvloop: bool = Field(
         default=True,

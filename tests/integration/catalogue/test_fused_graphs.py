@@ -1,7 +1,7 @@
 """Fused decoder graphs (onnxruntime-genai's model builder): an operator's checkpoint prepared as one,
 driven by the engine (right-padded batches), its greedy tokens those of the optimum export, and the
-optimum export as the fallback for an architecture the builder lacks. Skipped where the builder is not
-installed (the ``bench`` extra: onnxruntime-genai and onnx-ir)."""
+optimum export as the fallback for an architecture the builder lacks. The builder comes with the
+``export`` extra (scripts/bootstrap); skipped, with the reason, where it is not installed."""
 
 from __future__ import annotations
 
@@ -102,12 +102,15 @@ def test_an_architecture_the_builder_lacks_falls_back_to_optimum(
     assert record.position_ids_input is not None
 
 
-def test_nrt_fused_graphs_opts_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert cpu_format(WeightFormat.INT4, fused=False) == "int4"
-    monkeypatch.setenv("NRT_FUSED_GRAPHS", "1")
+def test_fused_graphs_are_the_default_and_nrt_fused_graphs_0_opts_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NRT_FUSED_GRAPHS", raising=False)
     assert cpu_format(WeightFormat.INT4) == "fused-int4"
     assert cpu_format(None) == "fused-int8"
     assert cpu_format(WeightFormat.NONE) == "fused-fp32"
+    monkeypatch.setenv("NRT_FUSED_GRAPHS", "0")
+    assert cpu_format(WeightFormat.INT4) == "int4"
+    assert cpu_format(None) == "int8"
+    assert cpu_format(WeightFormat.INT4, fused=True) == "fused-int4"
 
 
 @needs_builder

