@@ -97,6 +97,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
     checkpoint = context.work / "checkpoint"
     if "cpu" in context.providers and fused_reason is None:
         model.save_pretrained(checkpoint, safe_serialization=True)
+        tokenizer.save(str(checkpoint / TOKENIZER_FILE))  # the builder loads it (its genai_config.json)
     export: Path | None = None
     if "cuda" in context.providers or fused_reason is not None:
         context.progress.step(EXPORT_STEP)
