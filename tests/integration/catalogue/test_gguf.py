@@ -194,8 +194,19 @@ def test_a_fused_graph_holds_the_gguf_s_own_weight_blocks(kind: str, home: Path,
     tensors = {t.name: t for t in GGUFReader(model.gguf).tensors}
     output = tensors.get("output.weight") or tensors["token_embd.weight"]  # its own LM head, or the tied embedding
     assert np.array_equal(head, dequantize(output.data, output.tensor_type).astype(np.float32))
+    assert _float_tables(directory / "model.onnx", record.vocab_size) == []  # the embedding: the GGUF's blocks too
     got = variant_output(directory, record, PROMPT_IDS)
     assert relative_error(torch_logits(model.checkpoint), got) <= TOLERANCE["int8-dynamic"]
+
+
+def _float_tables(path: Path, vocab: int | None) -> list[str]:
+    """The float32 initializers of one row of a block or more per token (an embedding table not quantised;
+    the blocks' scales are a value per 32)."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    float32 = [i for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2]
+    return [i.name for i in float32 if i.dims[0] == vocab and i.dims[1] >= 32]
 
 
 def _matmul_weights(path: Path, prefix: str) -> np.ndarray:
