@@ -20,7 +20,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                 quantization="int8-dynamic",
                 recipe=gemma3.RECIPE,
                 steps=gemma3.CPU_STEPS,
-                approx_bytes=525 * _MB,
+                approx_bytes=374 * _MB,
             ),
             Variant(
                 provider="cuda",
