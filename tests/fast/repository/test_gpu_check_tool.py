@@ -1,4 +1,4 @@
-"""The GPU check's pure pieces (tools/gpu_check.py): its targets, the results file, the stages' timeouts,
+"""The GPU check's pure pieces (tools/gpu_check/): its targets, the results file, the stages' timeouts,
 the CUDA provider kept to one architecture, the parts that each fit one call; and ``run`` on a machine
 without a GPU, which says that it needs one."""
 
@@ -20,8 +20,10 @@ from tools.gpu_check import (
     bytes_check,
     carry_plan,
     decode_check,
+    device,
     find_chunks,
     junit_summary,
+    machine,
     part_sizes,
     prune_fatbin,
     run_stage,
@@ -349,9 +351,9 @@ def test_a_broken_part_is_refused_by_its_checksum(tmp_path: Path) -> None:
 
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
-    monkeypatch.setattr(gpu_check, "commit", lambda: "abc1234")
-    monkeypatch.setattr(gpu_check, "STAGING", tmp_path / "staging")
+    monkeypatch.setattr(device.shutil, "which", lambda name: None)
+    monkeypatch.setattr(machine, "commit", lambda: "abc1234")
+    monkeypatch.setattr(machine, "STAGING", tmp_path / "staging")
 
 
 def test_a_dry_run_says_that_the_check_needs_a_gpu(no_gpu: None, capsys: pytest.CaptureFixture[str]) -> None:
