@@ -182,6 +182,7 @@ class BatchingGenerator:
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.model = model
+        model.tokenizer_vocab_size  # noqa: B018  (read here, where the model is loaded: not on a request's loop)
         self.prefixes: PrefixCache[PrefixKV] = PrefixCache(prefix_cache_bytes)
         self.on_step = on_step  # told each decode step's batch size, from the scheduler thread (metrics)
         self.sessions = sessions if sessions is not None else SessionStore()
@@ -225,6 +226,7 @@ class BatchingGenerator:
             self.model.encode,
             context_length=self.model.spec.context_length,
             eos_ids=self.model.eos_ids,
+            vocab_size=self.model.tokenizer_vocab_size,
             special_ids=self.model.special_ids,
             previous=self.sessions.transcript(request.session_id) if request.session_id else None,
             constraint=constraint,

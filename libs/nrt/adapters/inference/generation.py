@@ -174,6 +174,7 @@ def start_generation(
     *,
     context_length: int,
     eos_ids: frozenset[int],
+    vocab_size: int,
     special_ids: frozenset[int] = frozenset(),
     previous: Transcript | None = None,
     constraint: Constraint | None = None,
@@ -206,7 +207,7 @@ def start_generation(
     if request.temperature < 0 or not 0 < request.top_p <= 1:
         raise InferenceError(f"need temperature >= 0 and 0 < top_p <= 1, got {request.temperature}, {request.top_p}")
     adjustments = LogitAdjustments(request.logit_bias, request.presence_penalty, request.frequency_penalty)
-    adjustments.check(tokenizer.get_vocab_size(with_added_tokens=True))
+    adjustments.check(vocab_size)
     prompt_tokens = len(prompt_ids)
     room = context_length - prompt_tokens
     max_new = request.max_tokens if request.max_tokens is not None else room
