@@ -126,8 +126,9 @@ def classify_causal(model: CausalLM, labels: Sequence[str], text: str, template:
 
     One prefill of the prompt, shared; then one run over the prompt's cache that scores every
     option's tokens at once (the logits of position i predict token i+1): the options side by
-    side in one batch when the model batches exactly (right-padded: a causal model's earlier
-    positions never see the padding), else one run per option.
+    side in one batch when the model batches exactly and its graph extends several rows at once
+    (padded on the right: a causal model's earlier positions never see the padding), else one run
+    per option.
     """
     prompt_ids = model.encode(classification_prompt(labels, text, template))
     length = len(prompt_ids)
@@ -155,7 +156,7 @@ def _followers(
     if width == 0:
         return [np.zeros((0, vocab), dtype=np.float32) for _ in tokens]
     positions = np.arange(length, length + width)[None, :]
-    if model.batch_exact and len(tokens) > 1:
+    if model.extends_rows_together and len(tokens) > 1:
         feed = np.array([[*t[:-1], *[0] * (width - len(t) + 1)] for t in tokens], dtype=np.int64)
         batch = len(tokens)
         shared = [np.repeat(a, batch, axis=0) for a in past]

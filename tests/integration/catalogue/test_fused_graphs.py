@@ -141,3 +141,21 @@ async def test_a_session_reuses_a_fused_graphs_cache_and_eviction_frees_it(llama
         assert after == 0
     finally:
         generator.close()
+
+
+@needs_builder
+def test_a_fused_router_scores_its_labels_one_row_at_a_time_as_the_optimum_export_does(
+    llama: dict[CpuFormat, Path],
+) -> None:
+    """ONNX Runtime's CPU GroupQueryAttention adds several tokens to one row's cache at a time: a fused
+    router scores its options one run each, and scores them as the optimum export does."""
+    from nrt.hosting.classify import classify_causal
+
+    optimum, fp32 = CausalLM.load(llama["none"]), CausalLM.load(llama["fused-fp32"])
+    assert optimum.extends_rows_together
+    assert not fp32.extends_rows_together
+    labels = ("billing", "technical support")
+    for text in ("I was charged twice this month", "The app crashes when I upload a file"):
+        ours, theirs = classify_causal(fp32, labels, text), classify_causal(optimum, labels, text)
+        assert ours.best == theirs.best
+        assert all(abs(ours.scores[label] - theirs.scores[label]) < 1e-3 for label in labels)

@@ -143,11 +143,11 @@ async def test_a_causal_router_scores_its_options_in_one_batched_run_as_it_would
     runtime = jobs.host.runtime("router")
     assert isinstance(runtime, BatchingGenerator)
     model = runtime.model
-    assert model.batch_exact  # the tiny Llama batches exactly: its options go side by side in one run
+    assert model.extends_rows_together  # the tiny Llama batches exactly: its options go side by side in one run
     labels = ("billing", "technical")
     texts = ("I was charged twice this month", "hello", "The app crashes when I upload a file")
     batched = [classify.classify_causal(model, labels, text) for text in texts]
-    monkeypatch.setattr(CausalLM, "batch_exact", property(lambda _: False))
+    monkeypatch.setattr(CausalLM, "extends_rows_together", property(lambda _: False))
     one_by_one = [classify.classify_causal(model, labels, text) for text in texts]
     for a, b in zip(batched, one_by_one, strict=True):
         assert a.best == b.best

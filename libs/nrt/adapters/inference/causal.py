@@ -120,6 +120,13 @@ class CausalLM:
         return not self._batches(right=False) and self._batches(right=True)
 
     @functools.cached_property
+    def extends_rows_together(self) -> bool:
+        """Whether one run can add several tokens to each of several rows' caches (the router scoring its
+        labels side by side): not a fused graph, whose CPU ``GroupQueryAttention`` takes a single row when
+        it adds more than one token to a cache ("batch_size must be 1 when sequence_length > 1")."""
+        return self.batch_exact and not self.right_padded
+
+    @functools.cached_property
     def padding_errors(self) -> dict[int, float]:
         """:meth:`left_padding_error` (or its right-padded twin) for the paddings that kernels'
         SIMD widths make distinct, on the side the batch pads."""
