@@ -362,14 +362,14 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
 
     context.progress.step(STEPS[2])
     fused_reason: str | None = None  # why a fused format fell back to the optimum export
-    fused_detail: str | None = None  # the fused cpu variant, built and checked
+    fused_record: ArtifactRecord | None = None  # the fused cpu variant, built and checked
     if checkpoint.cpu_format in FUSED_FALLBACK and "cpu" in context.providers:
         try:
-            fused_detail = _fused_variant(checkpoint, context.directory("cpu"), gguf, context.work, prompt, expected)
+            fused_record = _fused_variant(checkpoint, context.directory("cpu"), gguf, context.work, prompt, expected)
         except ArtifactError as exc:  # an unsupported architecture, or the builder failed on it
             fused_reason = str(exc)
     export = context.work / "export"
-    if fused_detail is None or any(p != "cpu" for p in context.providers):
+    if fused_record is None or any(p != "cpu" for p in context.providers):
         if checkpoint.kind == "causal-lm":
             export = export_causal_lm(model, context.work, add_position_ids=not _exports_position_ids(model))
         else:
@@ -380,26 +380,28 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
     for provider in context.providers:
         target = context.directory(provider)
         quantization: Quantization
+        if provider == "cpu" and fused_record is not None:  # built, its companions copied, checked
+            context.progress.step(CPU_STEPS[0])
+            context.progress.step(CPU_STEPS[1])
+            records.append(fused_record)
+            continue
         if provider == "cpu":
             context.progress.step(CPU_STEPS[0])
             quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
             plain = FUSED_FALLBACK.get(checkpoint.cpu_format, checkpoint.cpu_format)
-            if fused_detail is not None:
-                detail = fused_detail
-            else:
-                if fused_reason is not None:  # the optimum export of the same weight format (the recipe stays)
-                    quantization = CPU_FORMATS[plain][0]
-                if plain in ("int8", "int4"):
-                    bits: Literal[4, 8] = 4 if plain == "int4" else 8
-                    report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
-                    detail = report.scheme
-                else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
-                    copy_model(export, target)
-                    detail = "fp32: the checkpoint's weights, unquantised"
-                if checkpoint.kind == "causal-lm":
-                    add_logits_to_keep(target / MODEL_FILE)
-                if fused_reason is not None:
-                    detail = f"optimum export, not fused ({fused_reason}): {detail}"
+            if fused_reason is not None:  # the optimum export of the same weight format (the recipe stays)
+                quantization = CPU_FORMATS[plain][0]
+            if plain in ("int8", "int4"):
+                bits: Literal[4, 8] = 4 if plain == "int4" else 8
+                report = quantize_blockwise(export / MODEL_FILE, target / MODEL_FILE, bits=bits)
+                detail = report.scheme
+            else:  # the checkpoint's own weights (an encoder always: small, and its embeddings exact)
+                copy_model(export, target)
+                detail = "fp32: the checkpoint's weights, unquantised"
+            if checkpoint.kind == "causal-lm":
+                add_logits_to_keep(target / MODEL_FILE)
+            if fused_reason is not None:
+                detail = f"optimum export, not fused ({fused_reason}): {detail}"
             context.progress.step(CPU_STEPS[1])
         else:
             context.progress.step(CUDA_STEPS[0])
@@ -408,18 +410,17 @@ def build(checkpoint: Checkpoint, context: BuildContext) -> tuple[ArtifactRecord
             context.progress.step(CUDA_STEPS[1])
         _companions(checkpoint.directory, export, target)
         record = _record(checkpoint, target, provider, recipe, quantization, detail)
-        if provider != "cpu" or fused_detail is None:  # the fused variant was checked as it was built
-            _check(checkpoint, target, record, prompt, expected)
+        _check(checkpoint, target, record, prompt, expected)
         records.append(record)
     return tuple(records)
 
 
 def _fused_variant(
     checkpoint: Checkpoint, target: Path, gguf: Path | None, work: Path, prompt: list[int], expected: npt.NDArray[Any]
-) -> str:
+) -> ArtifactRecord:
     """Build the fused graph of ``checkpoint`` in ``target`` (with its companions) and check it against
-    PyTorch; its ``quantization_detail``. ``ArtifactError`` (the reason to fall back) when the builder lacks
-    the architecture, fails on it, or its graph fails the check."""
+    PyTorch; its record. ``ArtifactError`` (the reason to fall back) when the builder lacks the
+    architecture, fails on it, or its graph fails the check."""
     from nrt.adapters.catalogue.builders import fused
 
     reason = fused.unsupported(checkpoint.directory)
@@ -427,16 +428,15 @@ def _fused_variant(
         raise ArtifactError(reason)
     precision = FUSED_PRECISION[checkpoint.cpu_format]
     fused.build_fused(checkpoint.directory, target, precision, work)
-    detail = _gguf_blocks(target, gguf, "int8") if gguf is not None and precision == "int8" else None
-    detail = detail or fused.detail(precision)
-    _companions(checkpoint.directory, work / "no-export", target)
-    quantization = CPU_FORMATS[checkpoint.cpu_format][0]
-    record = _record(checkpoint, target, "cpu", CPU_FORMATS[checkpoint.cpu_format][1], quantization, detail)
+    detail = _gguf_blocks(target, gguf) if gguf is not None and precision == "int8" else fused.detail(precision)
+    _companions(checkpoint.directory, work / "export", target)  # no export made yet: the checkpoint's config
+    quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
+    record = _record(checkpoint, target, "cpu", recipe, quantization, detail)
     _check(checkpoint, target, record, prompt, expected)
-    return detail
+    return record
 
 
-def _gguf_blocks(target: Path, gguf: Path, precision: Literal["int8"]) -> str:
+def _gguf_blocks(target: Path, gguf: Path) -> str:
     """Give the fused graph in ``target`` the GGUF's own weight blocks (builders/gguf_weights.py); its
     ``quantization_detail``. A GGUF whose blocks do not fit keeps the builder's weights, and the detail says why."""
     from nrt.adapters.catalogue.builders import fused
@@ -444,9 +444,9 @@ def _gguf_blocks(target: Path, gguf: Path, precision: Literal["int8"]) -> str:
     from nrt.adapters.catalogue.builders.gguf_weights import transcode
 
     try:
-        return fused.detail(precision, transcode(target / MODEL_FILE, gguf, row_order(gguf)).describe())
+        return fused.detail("int8", transcode(target / MODEL_FILE, gguf, row_order(gguf)).describe())
     except ArtifactError as exc:
-        return f"{fused.detail(precision)}; not the GGUF's own blocks: {exc}"
+        return f"{fused.detail('int8')}; not the GGUF's own blocks: {exc}"
 
 
 def _exports_position_ids(model: Any) -> bool:

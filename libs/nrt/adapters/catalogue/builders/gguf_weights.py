@@ -118,6 +118,13 @@ def transcode(path: Path, gguf: Path, rows: RowOrder | None = None) -> Transcode
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     initializers = {init.name: init for init in graph.initializer}
     types: Counter[str] = Counter()
+    decoded: dict[str, tuple[Int8Matrix, Floats]] = {}
+
+    def blocks(name: str) -> tuple[Int8Matrix, Floats]:  # each tensor decoded once (a tied embedding is the head)
+        if name not in decoded:
+            decoded[name] = _ordered(name, gguf_blocks(tensors[name]), rows)
+        return decoded[name]
+
     replaced: set[str] = set()  # the initializers of B replaced
     shared = {name for node in graph.node if node.op_type != "MatMulNBits" for name in node.input}
     matrices = 0
@@ -127,7 +134,7 @@ def transcode(path: Path, gguf: Path, rows: RowOrder | None = None) -> Transcode
         names = _gguf_names(node.name, tensors)
         if names is None:
             raise ArtifactError(f"no GGUF tensor for the graph's {node.name}")
-        parts = [_ordered(name, gguf_blocks(tensors[name]), rows) for name in names]
+        parts = [blocks(name) for name in names]
         types.update(tensors[name].tensor_type.name for name in names)
         q = np.concatenate([p[0] for p in parts], axis=0)
         scales = np.concatenate([p[1] for p in parts], axis=0)
@@ -136,19 +143,19 @@ def transcode(path: Path, gguf: Path, rows: RowOrder | None = None) -> Transcode
         if q.shape != (n, k // BLOCK, BLOCK):
             raise ArtifactError(f"{node.name}: the GGUF's {'+'.join(names)} is {q.shape}, the graph's N, K {n}, {k}")
         _agree(node.name, q, scales, _builders(node, initializers, numpy_helper))
-        _replace(graph, initializers, node.input[1], q, numpy_helper)
-        _replace(graph, initializers, node.input[2], scales.reshape(initializers[node.input[2]].dims), numpy_helper)
+        _replace(initializers, node.input[1], q, numpy_helper)
+        _replace(initializers, node.input[2], scales.reshape(initializers[node.input[2]].dims), numpy_helper)
         if len(node.input) > 3 and node.input[3]:
             zero_points = node.input[3]
             node.input[3] = ""  # symmetric: MatMulNBits' default 8-bit zero point, its fast path
             if zero_points in shared:  # the tied embedding gather reads it: every block's zero, 128
-                _replace(graph, initializers, zero_points, np.full(scales.shape, ZERO, np.uint8), numpy_helper)
+                _replace(initializers, zero_points, np.full(scales.shape, ZERO, np.uint8), numpy_helper)
         attributes["bits"].i = 8
         attributes["block_size"].i = BLOCK
         replaced.add(node.input[1])
         matrices += 1
     _check_gathers(graph, replaced)
-    _quantize_embedding(graph, initializers, tensors, rows, numpy_helper, onnx.helper)
+    _quantize_embedding(graph, initializers, tensors, blocks, numpy_helper, onnx.helper)
     used = {name for node in graph.node for name in node.input}
     for init in [init for init in graph.initializer if init.name not in used]:
         graph.initializer.remove(init)  # the zero points of the builder's asymmetric blocks
@@ -205,7 +212,7 @@ def _gguf_names(node: str, tensors: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
-def _replace(graph: Any, initializers: dict[str, Any], name: str, value: Any, numpy_helper: Any) -> None:
+def _replace(initializers: dict[str, Any], name: str, value: Any, numpy_helper: Any) -> None:
     old = initializers[name]
     new = numpy_helper.from_array(np.ascontiguousarray(value), name)
     old.CopyFrom(new)
@@ -215,7 +222,7 @@ def _quantize_embedding(
     graph: Any,
     initializers: dict[str, Any],
     tensors: dict[str, Any],
-    rows: RowOrder | None,
+    blocks: Callable[[str], tuple[Int8Matrix, Floats]],
     numpy_helper: Any,
     helper: Any,
 ) -> None:
@@ -235,8 +242,7 @@ def _quantize_embedding(
     if node is None or len(initializers[node.input[0]].dims) != 2:
         return
     table = initializers[node.input[0]]
-    name = "token_embd.weight"
-    q, scales = _ordered(name, gguf_blocks(tensors[name]), rows)
+    q, scales = blocks("token_embd.weight")
     if q.shape[0] != table.dims[0] or q.shape[1] * q.shape[2] != table.dims[1]:
         return
     builders = numpy_helper.to_array(table).astype(np.float32).reshape(q.shape)
