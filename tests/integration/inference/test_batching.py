@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -14,6 +17,8 @@ from nrt.adapters.inference import (
     GeneratorClosedError,
     bare_greedy,
 )
+from nrt.adapters.inference.causal import IntArray, Stepper
+from nrt.adapters.inference.kv_tensors import KV, OrtValue
 
 PROMPTS = [
     "The quick brown fox",
@@ -171,3 +176,54 @@ async def test_closing_fails_running_and_queued_requests_cleanly(tiny_llama: Cau
     assert all(isinstance(r, GeneratorClosedError) for r in results)
     with pytest.raises(GeneratorClosedError):
         await run(gen, GenerationRequest(prompt="x", max_tokens=1))
+
+
+class _SlowPrefills:
+    """A stepper whose prompt runs take ``PREFILL_S`` longer, noting when each one starts."""
+
+    PREFILL_S = 0.05
+
+    def __init__(self, stepper: Stepper) -> None:
+        self.stepper = stepper
+        self.prefill_starts: list[float] = []
+        self.prefilling = threading.Event()  # set when the first prompt run starts
+
+    def run(self, ids: IntArray, mask: IntArray, positions: IntArray, past: Sequence[OrtValue]) -> tuple[OrtValue, KV]:
+        if ids.shape[1] > 1:
+            self.prefill_starts.append(time.perf_counter())
+            self.prefilling.set()
+            time.sleep(self.PREFILL_S)
+        return self.stepper.run(ids, mask, positions, past)
+
+
+async def test_prompts_admitted_together_stream_their_first_tokens_one_by_one(
+    tiny_llama: CausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt's first token goes out when its prefill ends, not when the last prompt admitted with it ends."""
+    real = tiny_llama.stepper
+    slow = _SlowPrefills(real())
+    monkeypatch.setattr(tiny_llama, "stepper", lambda: slow)
+    gen = BatchingGenerator(tiny_llama, max_batch_size=8)
+    try:
+        first_at: dict[int, float] = {}
+
+        async def first_token(i: int, prompt: str) -> list[int]:
+            tokens: list[int] = []
+            async for chunk in gen.generate(GenerationRequest(prompt=prompt, max_tokens=4)):
+                first_at.setdefault(i, time.perf_counter())
+                tokens.extend(chunk.token_ids)
+            return tokens
+
+        # the first prompt keeps the scheduler busy while the next three queue: they are admitted together
+        busy = asyncio.create_task(first_token(0, PROMPTS[0]))
+        assert await asyncio.to_thread(slow.prefilling.wait, 10.0)
+        together = await asyncio.gather(*(first_token(i, p) for i, p in enumerate(PROMPTS[1:4], start=1)))
+        await busy
+        assert len(slow.prefill_starts) == 4
+        # the second admitted prompt's first token came while the third admitted prompt's prefill was still to start
+        assert first_at[1] < slow.prefill_starts[3]
+        assert first_at[2] < slow.prefill_starts[3] + _SlowPrefills.PREFILL_S
+        for prompt, tokens in zip(PROMPTS[1:4], together, strict=True):
+            assert tokens == bare_greedy(tiny_llama.session, tiny_llama.encode(prompt), len(tokens))
+    finally:
+        gen.close()

@@ -8,7 +8,8 @@ One scheduler thread per model owns the ONNX session. Each iteration it
    template or system prompt, :mod:`nrt.adapters.inference.prefixes`) when that covers more. Prompts run in chunks of
    ``prefill_chunk_tokens``; while other rows are decoding, only one chunk's worth of
    prompt tokens runs per iteration, so a long prompt delays the running streams by one
-   chunk per token instead of stalling them. A finished prompt streams its first token;
+   chunk per token instead of stalling them. A finished prompt streams its first token at once
+   (prompts admitted together do not wait for each other's prefill);
 2. regroups the batch: finished and cancelled rows leave, prefilled rows join, and the
    left-padded cache is rebuilt once (see :mod:`nrt.adapters.inference.kv`);
 3. runs ONE decode step for every active row: ``input_ids [B, 1]``, an attention mask
@@ -339,7 +340,6 @@ class BatchingGenerator:
         # While rows are decoding, prefill at most one chunk's worth of prompt tokens per
         # iteration, so a long prompt delays their next token by one chunk, not by all of it.
         budget = self.prefill_chunk_tokens if self._rows else None
-        first_tokens = False
         while self._prefilling and (budget is None or budget > 0):
             ticket = self._prefilling[0]
             if ticket.gen.cancelled:
@@ -355,13 +355,11 @@ class BatchingGenerator:
                 continue
             if budget is not None:
                 budget -= used
-            if ticket.prefill is None:  # the prompt is done: its first token is out
+            if ticket.prefill is None:  # the prompt is done: its first token goes out now, not after the others'
                 self._prefilling.popleft()
-                first_tokens = True
+                outbox.send()
                 if row is not None:
                     joined.append((ticket, row))
-        if first_tokens:
-            outbox.send()  # first tokens go out before the next decode step
         kept, self._prefixes_to_keep = self._prefixes_to_keep, []
         for gen, past in kept:
             self._keep_prefix(gen, past)
