@@ -26,13 +26,16 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 # the project's files, as the install step reads them (the same in every stage; from the context, which
 # the classic builder caches by content, where a `FROM scratch` stage of them would miss its cache)
-COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY pyproject.toml requirements.lock /app/
 COPY scripts/bootstrap /app/scripts/bootstrap
+# the dependencies first, in a layer that a change of the code (or README) leaves cached
+RUN NRT_DEPENDENCIES_ONLY=1 scripts/bootstrap
+COPY README.md alembic.ini /app/
 COPY libs /app/libs
 COPY services /app/services
 COPY migrations /app/migrations
 COPY manifests /app/manifests
-# The same install step as the README's commands (scripts/up and scripts/test run it).
+# The same install step as the README's commands (scripts/up and scripts/test run it): NRT itself now.
 RUN scripts/bootstrap
 RUN .venv/bin/nrt models prepare minilm-l6 && .venv/bin/nrt models prepare gemma3-270m
 
@@ -48,8 +51,11 @@ ENV PYTHONUNBUFFERED=1 \
     # the runtime alone, with the CPU build of ONNX Runtime
     NRT_EXTRAS=""
 WORKDIR /app
-COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY pyproject.toml requirements.lock /app/
 COPY scripts/bootstrap /app/scripts/bootstrap
+# the dependencies first, in a layer that a change of the code (or README) leaves cached
+RUN NRT_DEPENDENCIES_ONLY=1 scripts/bootstrap
+COPY README.md alembic.ini /app/
 COPY libs /app/libs
 COPY services /app/services
 COPY migrations /app/migrations
@@ -90,8 +96,11 @@ ENV PYTHONUNBUFFERED=1 \
     NRT_GPU=1 \
     NRT_EXTRAS=""
 WORKDIR /app
-COPY pyproject.toml requirements.lock README.md alembic.ini /app/
+COPY pyproject.toml requirements.lock /app/
 COPY scripts/bootstrap /app/scripts/bootstrap
+# the dependencies first, in a layer that a change of the code (or README) leaves cached
+RUN NRT_DEPENDENCIES_ONLY=1 scripts/bootstrap
+COPY README.md alembic.ini /app/
 COPY libs /app/libs
 COPY services /app/services
 COPY migrations /app/migrations
