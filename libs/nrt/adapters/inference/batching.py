@@ -183,7 +183,6 @@ class BatchingGenerator:
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.model = model
-        model.tokenizer_vocab_size  # noqa: B018  (read here, where the model is loaded: not on a request's loop)
         self.prefixes: PrefixCache[PrefixKV] = PrefixCache(prefix_cache_bytes)
         self.on_step = on_step  # told each decode step's batch size, from the scheduler thread (metrics)
         self.sessions = sessions if sessions is not None else SessionStore()

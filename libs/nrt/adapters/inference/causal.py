@@ -65,6 +65,9 @@ class CausalLM:
         self.signature: GraphSignature = read_signature(session)
         self.spec: CausalSpec = causal_spec(self.artifact_dir, self.signature)
         self.tokenizer = tokenizer or Tokenizer.from_file(str(require_file(self.artifact_dir, TOKENIZER_FILE)))
+        # the ids the tokenizer knows, added tokens included: read once, with the model, since ``get_vocab_size``
+        # builds the whole vocabulary each call (191 ms for Gemma 3's 262,144 tokens, on a request's event loop)
+        self.tokenizer_vocab_size = int(self.tokenizer.get_vocab_size(with_added_tokens=True))
         self.provider = active_provider(session)
         self.ids_dtype = np.dtype(self.signature.ids_dtype)
         if self.signature.kv_dtype == "bfloat16":
@@ -100,12 +103,6 @@ class CausalLM:
     def stepper(self) -> Stepper:
         """A forward pass with its own IOBinding, for one thread (the scheduler's)."""
         return Stepper(self)
-
-    @functools.cached_property
-    def tokenizer_vocab_size(self) -> int:
-        """The ids the tokenizer knows, added tokens included. Read once: ``get_vocab_size`` builds the whole
-        vocabulary each call (191 ms for Gemma 3's 262,144 tokens, on the event loop of every request)."""
-        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
 
     @functools.cached_property
     def special_ids(self) -> frozenset[int]:
