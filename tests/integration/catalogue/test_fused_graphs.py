@@ -13,6 +13,7 @@ import pytest
 
 from nrt.adapters.catalogue import load_record, prepare
 from nrt.adapters.catalogue.builders import fused
+from nrt.adapters.catalogue.builders.integer_head import DETAIL as INTEGER_HEAD
 from nrt.adapters.catalogue.checkpoints import CpuFormat, checkpoint_entry, cpu_format, graph_path, local_checkpoint
 from nrt.adapters.inference import BatchingGenerator, CausalLM, GenerationRequest, bare_greedy
 from nrt.core.vocabulary import WeightFormat
@@ -49,6 +50,9 @@ def test_the_record_says_which_path_built_the_graph(llama: dict[CpuFormat, Path]
     assert "GroupQueryAttention" in (int4.quantization_detail or "")
     assert int4.quantization == "int4"
     assert int4.position_ids_input is None  # positions come from the mask
+    # the int4 graph's LM head (8-bit blocks) is rewritten as an integer product; fp32's stays a float MatMul
+    assert (int4.quantization_detail or "").endswith(INTEGER_HEAD), int4.quantization_detail
+    assert "the LM head as built (no MatMulNBits writes the logits)" in (fp32.quantization_detail or "")
 
 
 @needs_builder

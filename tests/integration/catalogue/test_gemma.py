@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench.models import DOCUMENT, perplexity
 from tokenizers import Tokenizer
 
 from nrt.adapters.catalogue import prepare
 from nrt.adapters.catalogue.builders import gemma3
+from nrt.adapters.catalogue.builders.integer_head import DETAIL as INTEGER_HEAD
 from nrt.adapters.catalogue.greedy import empty_past, forward, greedy, open_session
 from nrt.adapters.catalogue.spm_tokenizer import SpmVocab, build_tokenizer, check_tokenizer
 from nrt.adapters.inference import BatchingGenerator, CausalLM
+
+FP32_PERPLEXITY = 22.98  # bench.models' document under the GGUF's de-quantised checkpoint in fp32 (bench.formats)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,12 @@ def test_gemma_prepares_and_knows_the_capital_of_france() -> None:
     few_shot = "Q: What is the capital of Italy?\nA: Rome\nQ: What is the capital of France?\nA:"
     answer = greedy(session, record, tokenizer.encode(few_shot).ids, 8)
     assert "Paris" in tokenizer.decode(list(answer.token_ids), skip_special_tokens=True)
+
+    # its weights are the GGUF's and its LM head the integer rewrite of them: the perplexity of bench.models'
+    # document stays the de-quantised checkpoint's (22.98 in fp32; the GGUF blocks' head 22.97, the integer 22.89)
+    if fused:
+        assert INTEGER_HEAD in record.quantization_detail
+        assert perplexity(artifact.directory, tokenizer.encode(DOCUMENT).ids) < 1.02 * FP32_PERPLEXITY
 
     # The worker batches it: the mask hides padding (on the right for the fused graph) and positions are
     # honoured (an aligned padding reproduces the step exactly); other paddings differ by int8 rounding noise only.

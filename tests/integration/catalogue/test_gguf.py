@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from nrt.adapters import settings
 from nrt.adapters.catalogue import SourceError, load_record, locate
 from nrt.adapters.catalogue.builders.gguf_checkpoint import write_checkpoint
+from nrt.adapters.catalogue.builders.integer_head import DETAIL as INTEGER_HEAD
+from nrt.adapters.catalogue.builders.integer_head import matrix as integer_head_weights
 from nrt.adapters.catalogue.checkpoints import DECODERS, TOLERANCE, variant_output
 from nrt.adapters.catalogue.gguf_config import ARCHITECTURES
 from nrt.adapters.catalogue.gguf_header import BLOCKS
@@ -190,11 +192,17 @@ def test_a_fused_graph_holds_the_gguf_s_own_weight_blocks(kind: str, home: Path,
     assert graph_path(record) == "fused"
     assert "the GGUF's own blocks" in (record.quantization_detail or ""), record.quantization_detail
     assert "not the GGUF's own blocks" not in (record.quantization_detail or "")
-    head = _matmul_weights(directory / "model.onnx", "/lm_head/")
     tensors = {t.name: t for t in GGUFReader(model.gguf).tensors}
-    output = tensors.get("output.weight") or tensors["token_embd.weight"]  # its own LM head, or the tied embedding
-    assert np.array_equal(head, dequantize(output.data, output.tensor_type).astype(np.float32))
-    assert _float_tables(directory / "model.onnx", record.vocab_size) == []  # the embedding: the GGUF's blocks too
+    down = _matmul_weights(directory / "model.onnx", "/model/layers.0/mlp/down_proj/")
+    ffn_down = tensors["blk.0.ffn_down.weight"]
+    assert np.array_equal(down, dequantize(ffn_down.data, ffn_down.tensor_type).astype(np.float32))
+    # the LM head, the graph's largest matrix: int8 rows of the GGUF's (its own, or the tied embedding)
+    assert INTEGER_HEAD in (record.quantization_detail or ""), record.quantization_detail
+    head = integer_head_weights(directory / "model.onnx")
+    output = tensors.get("output.weight") or tensors["token_embd.weight"]
+    expected = dequantize(output.data, output.tensor_type).astype(np.float32)
+    assert np.linalg.norm(head - expected) <= 0.01 * np.linalg.norm(expected)
+    assert _float_tables(directory / "model.onnx", record.vocab_size) == []  # nor a float embedding table
     got = variant_output(directory, record, PROMPT_IDS)
     assert relative_error(torch_logits(model.checkpoint), got) <= TOLERANCE["int8-dynamic"]
 

@@ -46,8 +46,8 @@ CPU_FORMATS: dict[CpuFormat, tuple[Quantization, str]] = {
     "none": ("fp32", f"{RECIPE}+fp32/1"),
     # fused graphs (builders/fused.py: onnxruntime-genai's model builder), NRT_FUSED_GRAPHS=1; an
     # architecture the builder lacks falls back to the optimum export of the format in FUSED_FALLBACK
-    "fused-int8": ("int8-dynamic", f"{RECIPE}+fused-int8/2"),  # 2: a GGUF's own blocks
-    "fused-int4": ("int4", f"{RECIPE}+fused-int4/2"),  # 2: blocks of 16
+    "fused-int8": ("int8-dynamic", f"{RECIPE}+fused-int8/3"),  # 2: a GGUF's own blocks; 3: an integer LM head
+    "fused-int4": ("int4", f"{RECIPE}+fused-int4/3"),  # 2: blocks of 16; 3: an integer LM head
     "fused-fp32": ("fp32", f"{RECIPE}+fused-fp32/1"),
 }
 FUSED_FALLBACK: dict[CpuFormat, CpuFormat] = {"fused-int8": "int8", "fused-int4": "int4", "fused-fp32": "none"}
@@ -429,6 +429,7 @@ def _fused_variant(
     precision = FUSED_PRECISION[checkpoint.cpu_format]
     fused.build_fused(checkpoint.directory, target, precision, work)
     detail = _gguf_blocks(target, gguf) if gguf is not None and precision == "int8" else fused.detail(precision)
+    detail = fused.with_integer_head(target, detail)
     _companions(checkpoint.directory, work / "export", target)  # no export made yet: the checkpoint's config
     quantization, recipe = CPU_FORMATS[checkpoint.cpu_format]
     record = _record(checkpoint, target, "cpu", recipe, quantization, detail)

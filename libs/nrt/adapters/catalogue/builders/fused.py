@@ -6,7 +6,8 @@ model builder writes the layout ONNX Runtime's CPU kernels are made for: one
 ``GroupQueryAttention`` per layer (rotary embedding inside it, the key/value cache in and out),
 ``SkipSimplifiedLayerNormalization`` (residual add and RMSNorm in one), ``MatMulNBits`` weights
 (int4 or int8 blocks of 32, q/k/v as one matrix) and a quantised embedding gather: about 360
-nodes.
+nodes. Its LM head, once its weights are final, becomes an integer matrix product
+(:func:`with_integer_head`, :mod:`nrt.adapters.catalogue.builders.integer_head`).
 
 The graph's interface differs from the optimum layout in two ways the engine handles:
 
@@ -141,6 +142,17 @@ def build_fused(checkpoint: Path, target: Path, precision: Precision, work: Path
     add_logits_to_keep(target / MODEL_FILE)  # loads the external weights, saves one file (or model.onnx_data)
     (target / BUILDER_DATA).unlink(missing_ok=True)
     fix_head_dim(target / MODEL_FILE, head_dim(checkpoint))
+
+
+def with_integer_head(target: Path, detail: str) -> str:
+    """Rewrite the LM head of the fused graph in ``target`` (:mod:`nrt.adapters.catalogue.builders.integer_head`),
+    after its weights are final; ``detail`` with what became of the head."""
+    from nrt.adapters.catalogue.builders.integer_head import rewrite
+
+    rewritten = rewrite(target / MODEL_FILE)
+    if rewritten.detail is None:
+        return f"{detail}; the LM head as built ({rewritten.skipped})"
+    return f"{detail}; {rewritten.detail}"
 
 
 def head_dim(checkpoint: Path) -> int:

