@@ -5,8 +5,8 @@ the ``cpu`` variant: a fused graph (:mod:`nrt.adapters.catalogue.builders.fused`
 model builder, GroupQueryAttention, MatMulNBits) whose weight blocks are the GGUF's own
 (:mod:`nrt.adapters.catalogue.builders.gguf_weights`), so it computes what llama.cpp computes from
 the file, but for its LM head (the tied embedding's matrix): an integer product over int8 rows
-(:mod:`nrt.adapters.catalogue.builders.integer_head`; perplexity 1.00x the GGUF blocks'). Where the model builder cannot run, the optimum export (with a ``position_ids`` input)
-with int8 weights and activations quantised dynamically per row (see
+(:mod:`nrt.adapters.catalogue.builders.integer_head`; perplexity 1.00x the GGUF blocks'). Where the
+model builder cannot run, the optimum export (with a ``position_ids`` input) with int8 weights and activations quantised dynamically per row (see
 :mod:`nrt.adapters.catalogue.builders.quantize`: unlike ``quantize_dynamic``'s per-tensor scales,
 a request's logits do not depend on its batch), and the record says why. The tokenizer is
 rebuilt from the GGUF vocabulary (see :mod:`nrt.adapters.catalogue.spm_tokenizer`): the one

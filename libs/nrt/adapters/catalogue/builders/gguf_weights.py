@@ -175,7 +175,15 @@ def _builders(node: Any, initializers: dict[str, Any], numpy_helper: Any) -> Flo
     attributes = {a.name: a.i for a in node.attribute}
     if attributes.get("bits") != 8 or attributes.get("block_size") != BLOCK:
         raise ArtifactError(f"{node.name}: expected the builder's 8-bit blocks of {BLOCK}")
-    q = numpy_helper.to_array(initializers[node.input[1]]).astype(np.float32)
+    return eight_bit_blocks(node, initializers, numpy_helper)
+
+
+def eight_bit_blocks(node: Any, initializers: dict[str, Any], numpy_helper: Any) -> Floats:
+    """An 8-bit ``MatMulNBits``' matrix de-quantised, ``[N, K / block, block]``: its bytes less their zero
+    points (128 when it has none) times the blocks' scales."""
+    attributes = {a.name: a.i for a in node.attribute}
+    shape = (attributes["N"], -(-attributes["K"] // attributes["block_size"]), attributes["block_size"])
+    q = numpy_helper.to_array(initializers[node.input[1]]).reshape(shape).astype(np.float32)
     scales = numpy_helper.to_array(initializers[node.input[2]]).astype(np.float32).reshape(q.shape[:2])
     if len(node.input) > 3 and node.input[3]:
         zero = numpy_helper.to_array(initializers[node.input[3]]).astype(np.float32).reshape(q.shape[:2])

@@ -34,12 +34,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nrt.adapters.catalogue.builders.gguf_weights import eight_bit_blocks
+
 PREFIX = "/nrt/lm_head_int8"
 DETAIL = (
     "the LM head as MatMulInteger over int8 rows of the channel-equalised matrix, each position's 7-bit activations"
     " quantised alone"
 )
-ZERO = 128  # MatMulNBits' default 8-bit zero point
 WEIGHT_MAX = 127  # int8 weights
 # 7-bit activations, stored u8 in [1, 127] about 64: a u8 x s8 pair then sums to at most 2 * 127 * 127 = 32,258,
 # within the int16 that AVX2's vpmaddubsw adds pairs into (8-bit activations, up to 255, saturate it)
@@ -80,7 +81,8 @@ def rewrite(path: Path) -> Rewritten:
     embedding = _tied_embedding(graph, head)
     if isinstance(embedding, str):
         return Rewritten(None, embedding)
-    weights = _dequantised(head, attributes, initializers, numpy_helper)
+    weights = eight_bit_blocks(head, initializers, numpy_helper)
+    weights = weights.reshape(weights.shape[0], -1)[:, : attributes["K"]]
     quantised, rows, equalise = quantise(weights)
     p = PREFIX
     graph.initializer.extend(
@@ -175,47 +177,23 @@ def _reduce_max(node: Any, opset: int, data: str, axes: str, output: str) -> Any
 
 def _tied_embedding(graph: Any, head: Any) -> Any:
     """The embedding gather that reads the head's bytes (None: none does); a string when something else
-    reads them, which the pass cannot rewrite."""
+    reads them, which the pass cannot rewrite. The builder ties them as ``Reshape(weights)`` into one
+    ``GatherBlockQuantized``, which also reads the head's scales."""
     readers = [n for n in graph.node if n is not head and any(i in head.input[1:] for i in n.input)]
     if not readers:
         return None
-    consumers = {name: [n for n in graph.node if name in n.input] for r in readers for name in r.output}
-    gathers = [
-        c
-        for r in readers
-        if r.op_type == "Reshape" and r.input[0] == head.input[1]
-        for c in consumers[r.output[0]]
-        if c.op_type == "GatherBlockQuantized"
-    ]
-    gather_readers = {id(g) for g in gathers}
-    others = [
-        r
-        for r in readers
-        if id(r) not in gather_readers and not (r.op_type == "Reshape" and consumers[r.output[0]] == gathers)
-    ]
-    if len(gathers) != 1 or others:
-        return f"the LM head's weights are read by {', '.join(sorted({r.op_type for r in readers}))}"
-    return gathers[0]
-
-
-def _dequantised(head: Any, attributes: dict[str, int], initializers: dict[str, Any], numpy_helper: Any) -> Floats:
-    """The head's matrix ``[N, K]`` in float32, from its 8-bit blocks, scales and zero points (128 when none)."""
-    n, k, block = attributes["N"], attributes["K"], attributes["block_size"]
-    blocks = -(-k // block)
-    q = numpy_helper.to_array(initializers[head.input[1]]).reshape(n, blocks, block).astype(np.float32)
-    scales = numpy_helper.to_array(initializers[head.input[2]]).astype(np.float32).reshape(n, blocks)
-    if len(head.input) > 3 and head.input[3]:
-        zero = numpy_helper.to_array(initializers[head.input[3]]).astype(np.float32).reshape(n, blocks)
-    else:
-        zero = np.full((n, blocks), ZERO, np.float32)
-    weights: Floats = ((q - zero[..., None]) * scales[..., None]).reshape(n, blocks * block)[:, :k]
-    return weights
+    tables = [r for r in readers if r.op_type == "Reshape" and r.input[0] == head.input[1]]
+    gathers = [n for t in tables for n in graph.node if t.output[0] in n.input]
+    tied = len(tables) == 1 and len(gathers) == 1 and gathers[0].op_type == "GatherBlockQuantized"
+    if tied and all(r is tables[0] or r is gathers[0] for r in readers):
+        return gathers[0]
+    return f"the LM head's weights are read by {', '.join(sorted({r.op_type for r in readers}))}"
 
 
 def equaliser(weights: Floats, power: float = EQUALISE_POWER) -> Floats:
     """``d[k] = max_n |W[n, k]| ** -power``, geometric mean 1 (a channel of zeros keeps 1)."""
     peaks = np.abs(weights).max(axis=0)
-    d = np.where(peaks > 0, np.where(peaks > 0, peaks, 1.0) ** -power, 1.0)
+    d = np.where(peaks > 0, peaks, 1.0) ** -power
     equalise: Floats = (d / np.exp(np.log(d).mean())).astype(np.float32)
     return equalise
 
