@@ -54,6 +54,7 @@ from cluster_state.whatif import dry_run
 from nrt.adapters.bus import broker as bus
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.errors import RemoteError
+from nrt.adapters.bus.hearing import Hearing
 from nrt.adapters.bus.jetstream import EventPublisher, StreamLimits
 from nrt.adapters.metrics import ClusterCollector, StateMetrics
 from nrt.adapters.store import EventStore, upgrade
@@ -81,6 +82,7 @@ log = logging.getLogger("nrt.cluster_state")
 
 BOOTSTRAP_NAMESPACE = uuid.UUID("5f0c3b7e-3c1a-4d59-9d0e-6e7274000001")
 OUTBOX_SCAN = 1_000_000  # the decisions left unpublished at start: the outbox is empty in a steady state
+HEARING_TIMEOUT_S = 1.0  # a tick's ping to the NATS server: no answer within this, and nothing is decided
 
 
 class ConfigurationError(Exception):
@@ -113,6 +115,8 @@ class ClusterStateService:
         self.manifest_text = manifest_text
         self.manifest_file = manifest_file
         self.tick_s = tick_s
+        self._hearing_probe: Hearing | None = None  # asks whether our NATS server answers (see _hearing)
+        self._heard = True  # what it said last
         self.keys = keys or {}  # the keys given at start, by scope (never logged)
         self.stopping = asyncio.Event()
         self.store = EventStore.connect(database_url)
@@ -210,6 +214,8 @@ class ClusterStateService:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._hearing_probe is not None:
+            self._hearing_probe.close()
         await self.recorder.stop()
         self.controller.cancel()
         await self.leadership.release()
@@ -354,7 +360,7 @@ class ClusterStateService:
             await asyncio.sleep(self.tick_s)
             if not self.leadership.leads():
                 continue  # the lease may have run out: decide nothing until it is renewed
-            if not self._hearing():
+            if not await self._hearing():
                 self.controller.listening()  # no heartbeat can come in: nobody misses one meanwhile
                 continue
             try:
@@ -362,10 +368,24 @@ class ClusterStateService:
             except Exception:
                 log.exception("tick failed")
 
-    def _hearing(self) -> bool:
-        """Whether heartbeats can reach us: our NATS connection is up (an in-memory test broker always is)."""
+    async def _hearing(self) -> bool:
+        """Whether heartbeats can reach us: our NATS server answers a ping within ``HEARING_TIMEOUT_S`` (an
+        in-memory test broker always does). Deaf (its server cut off, the connection looking up), this
+        controller would hear every worker and gateway fall silent at once and declare them lost, and their
+        requests ``owner_lost``, though they serve on: it decides nothing until its server answers again."""
         connection = getattr(self.broker, "_connection", None)
-        return connection is None or bool(getattr(connection, "is_connected", True))
+        if connection is None:
+            return True
+        if self._hearing_probe is None or self._hearing_probe.connection is not connection:
+            self._hearing_probe = Hearing(connection, HEARING_TIMEOUT_S)
+        hearing = await self._hearing_probe.answers()
+        if hearing != self._heard:
+            if hearing:
+                log.info("NATS answers again: deciding again")
+            else:
+                log.warning("no answer from NATS within %gs: deciding nothing until it answers", HEARING_TIMEOUT_S)
+        self._heard = hearing
+        return hearing
 
     async def _sweeps(self) -> None:
         while True:
