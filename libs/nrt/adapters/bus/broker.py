@@ -30,7 +30,7 @@ from faststream.nats.subscriber.usecases import LogicSubscriber
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from nrt.adapters.bus.connection import reconnecting
+from nrt.adapters.bus.connection import processed, reconnecting
 from nrt.adapters.bus.credentials import BusCredentials
 from nrt.adapters.bus.errors import BadRequest, DeadlineExceeded, ErrorFrame, RemoteError, Unavailable
 from nrt.adapters.bus.servers import parse_servers
@@ -161,7 +161,7 @@ async def serve(
     await subscriber.start()
     # the server has the subscription when this returns: a request from another connection (or an
     # announcement that follows, such as a worker's tier events) never meets "no responders"
-    await broker.connection.flush()
+    await processed(broker.connection)
     return subscriber
 
 
