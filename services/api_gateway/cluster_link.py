@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
+from api_gateway import worker_reconnects
 from api_gateway.admission import AdmissionGate
 from api_gateway.errors import ApiError
 from api_gateway.reply_stream import Inboxes, not_connected
 from api_gateway.settings import GatewaySettings
 from api_gateway.shared_limits import LeaseTerms, SharedRateLimiter
+from api_gateway.worker_reconnects import ReconnectCounts
 from nrt.adapters.bus import subjects
 from nrt.adapters.bus.broker import start_broker
 from nrt.adapters.bus.connection import credentials_of
@@ -57,9 +59,10 @@ class Bus:
         return self.broker.connection
 
 
-def _end_on_loss(inboxes: Inboxes, event: AnyEvent) -> None:
+def _end_on_loss(inboxes: Inboxes, reconnects: ReconnectCounts, event: AnyEvent) -> None:
     """A worker the log says is lost answers nothing more: end its requests now, not at a timeout."""
     if isinstance(event, WorkerLost):
+        reconnects.forget(event.worker_id)
         ended = inboxes.worker_lost(event.worker_id, event.reason.value)
         if ended:
             log.warning("worker %s was lost (%s): ended %d request(s) on it", event.worker_id, event.reason, ended)
@@ -116,7 +119,9 @@ class ClusterLink:
         await emitter.start()
         inboxes = Inboxes(nc)
         await inboxes.start()
-        follower.listen(lambda event, _: _end_on_loss(inboxes, event))
+        reconnects = ReconnectCounts()
+        await worker_reconnects.watch(nc, inboxes, reconnects)
+        follower.listen(lambda event, _: _end_on_loss(inboxes, reconnects, event))
         terms = LeaseTerms(share=self.settings.rate_lease_share, lease_s=self.settings.rate_lease_s)
         limiter = SharedRateLimiter(JetStreamCas(limits), terms)
         self.bus = Bus(broker=broker, follower=follower, gate=gate, emitter=emitter, inboxes=inboxes, limiter=limiter)

@@ -18,6 +18,10 @@ was sent a moment before (it may have been forwarded to the lost worker): the ca
 retry such a request elsewhere when nothing of its answer has come yet (:class:`WorkerLost` names
 the worker, which the retry asks router_svc to avoid).
 
+When a worker's heartbeat says its NATS connection was made again (:meth:`Inboxes.worker_reconnected`:
+its server went away; router_svc is a worker too), the requests it had taken and those no worker has taken
+yet end the same way: a request sent to it, or a frame it sent, may have gone with that server.
+
 When the gateway's NATS connection drops (:meth:`Inboxes.bus_lost`), every request in flight
 ends at once with a 503 ``bus_lost`` error: a frame the server held when it went away is gone
 for good, so waiting for one would end only at a deadline. A request sent while the connection
@@ -115,14 +119,23 @@ class Inboxes:
     def worker_lost(self, worker_id: str, reason: str) -> int:
         """End every request ``worker_id`` had taken, and every one taken by no worker yet that was
         sent at least UNTAKEN_GRACE_S ago, with a ``worker_lost`` error; returns how many."""
+        return self._end_on(worker_id, f"was lost ({reason})", UNTAKEN_GRACE_S)
+
+    def worker_reconnected(self, worker_id: str) -> int:
+        """End every request ``worker_id`` had taken, and every one taken by no worker yet (router_svc or
+        that worker may have held it), with a ``worker_lost`` error: its NATS connection was made again,
+        and a frame it sent or a request sent to it on the old one may be gone with a server. Returns how many."""
+        return self._end_on(worker_id, "lost its connection to NATS (made again since)", 0.0)
+
+    def _end_on(self, worker_id: str, what: str, untaken_grace_s: float) -> int:
         now = time.monotonic()
         ended = 0
         for inbox, queue in list(self._queues.items()):
             taker = self._workers.get(inbox)
             if taker == worker_id:
-                message = f"worker {worker_id}, which was answering this request, was lost ({reason})"
-            elif taker is None and now - self._opened.get(inbox, now) >= UNTAKEN_GRACE_S:
-                message = f"no worker took this request, and worker {worker_id} was lost ({reason})"
+                message = f"worker {worker_id}, which was answering this request, {what}"
+            elif taker is None and now - self._opened.get(inbox, now) >= untaken_grace_s:
+                message = f"no worker took this request, and worker {worker_id} {what}"
             else:
                 continue
             queue.put_nowait(WorkerLost(worker_id, message))

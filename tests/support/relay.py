@@ -1,7 +1,8 @@
 """A TCP relay a test can cut and heal: what a link to a host cut off does to a connection over it.
 
 Cut, it holds the bytes both ways and keeps both sockets open (no reset: the peer learns nothing); healed, it
-passes them on, none lost (what TCP does across a link that comes back).
+passes them on, none lost (what TCP does across a link that comes back). Reset, it closes every connection
+through it (what a server killed does to its clients: they connect again).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Relay:
         self.flowing = asyncio.Event()
         self.flowing.set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.writers: list[asyncio.StreamWriter] = []  # both ends of every connection through it
         self.server: asyncio.Server | None = None
 
     @property
@@ -37,6 +39,12 @@ class Relay:
     def heal(self) -> None:
         self.flowing.set()
 
+    def reset(self) -> None:
+        """Close every connection through the relay (it goes on accepting new ones)."""
+        writers, self.writers = self.writers, []
+        for writer in writers:
+            writer.close()
+
     async def __aenter__(self) -> Relay:
         self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return self
@@ -50,6 +58,7 @@ class Relay:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(self.target_host, self.target_port)
+        self.writers += [writer, upstream_writer]
         for source, sink in ((reader, upstream_writer), (upstream_reader, writer)):
             task = asyncio.create_task(self._pipe(source, sink))
             self.tasks.add(task)

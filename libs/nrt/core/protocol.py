@@ -385,6 +385,9 @@ class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
     sent_at: float = 0.0  # unix time
     device: Device | None = None  # what it runs models on (None: a worker from before devices were reported)
     device_free_bytes: int | None = None  # memory free on that device now: the GPU's, or the host's RAM
+    # how many times its NATS connection has been made again: a rise says that what was on the old one (a
+    # request sent to it, a frame it sent) may be gone with a server, and the gateways end what it held
+    bus_reconnects: int = 0
 
 
 class GatewayHeartbeat(msgspec.Struct, frozen=True, kw_only=True):

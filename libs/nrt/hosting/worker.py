@@ -242,7 +242,8 @@ class Worker:
         self.serving.inflight.cancel(cancel.request_id, cancel.reason)
 
     async def _send_heartbeat(self, beat: WorkerHeartbeat) -> None:
-        await self._heartbeats.publish(beat)
+        reconnects = int(self.nc.stats["reconnects"])
+        await self._heartbeats.publish(msgspec.structs.replace(beat, bus_reconnects=reconnects))
 
     async def _loaded(self, model_id: str) -> None:
         await self.serving.calibrate_at_load(model_id)

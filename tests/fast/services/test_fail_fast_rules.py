@@ -11,7 +11,9 @@ from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
 from api_gateway.reply_stream import BUS_LOST, WORKER_LOST, Frame, Inboxes, WorkerLost
 from api_gateway.settings import GatewaySettings
+from api_gateway.worker_reconnects import ReconnectCounts
 from nrt.adapters.bus.errors import Overloaded, RemoteError
+from nrt.core.protocol import WorkerHeartbeat
 from nrt.hosting.model_host import recent_speed
 
 SETTINGS = GatewaySettings(
@@ -94,6 +96,43 @@ async def test_the_lost_worker_error_names_the_worker_a_retry_avoids() -> None:
     error = queue.get_nowait()
     assert isinstance(error, WorkerLost)
     assert (error.code, error.worker_id) == (WORKER_LOST, "w1")
+
+
+async def test_a_worker_whose_connection_was_made_again_ends_its_requests_and_every_untaken_one() -> None:
+    inboxes = Inboxes(_NoNats())  # type: ignore[arg-type]
+    on_it, queue_on_it = inboxes.open()
+    on_other, queue_other = inboxes.open()
+    inboxes.taken(on_it, "w1")
+    inboxes.taken(on_other, "w2")
+    _, queue_untaken = inboxes.open()  # just sent: router_svc or w1 may have held it on the server that went away
+    assert inboxes.worker_reconnected("w1") == 2
+    for queue in (queue_on_it, queue_untaken):
+        assert_ended(queue, WORKER_LOST, 2.0, "lost its connection to NATS (made again since)")
+    assert queue_other.empty()
+    del on_other
+
+
+def test_a_reconnect_counts_when_a_workers_count_rises_not_when_it_is_first_seen() -> None:
+    counts = ReconnectCounts()
+
+    def beat(worker_id: str, reconnects: int) -> WorkerHeartbeat:
+        return WorkerHeartbeat(
+            worker_id=worker_id,
+            host="h",
+            cpu_count=1,
+            ram_bytes=1,
+            accelerator_bytes=0,
+            providers=(),
+            bus_reconnects=reconnects,
+        )
+
+    assert not counts.rose(beat("w1", 3))  # a gateway that starts late sees a count already up
+    assert not counts.rose(beat("w1", 3))
+    assert counts.rose(beat("w1", 4))
+    assert not counts.rose(beat("w2", 0))
+    counts.forget("w1")  # lost: it may come back under its id with a connection of its own
+    assert not counts.rose(beat("w1", 0))
+    assert counts.rose(beat("w1", 1))
 
 
 async def test_a_dropped_connection_ends_every_request_in_flight_at_once() -> None:

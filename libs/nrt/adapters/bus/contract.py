@@ -170,8 +170,11 @@ CHANNELS: tuple[Channel, ...] = (
         payload=WorkerHeartbeat,
         reply=None,
         publishers=("specialist_worker", "router_svc"),
-        subscribers=("cluster_state",),
-        summary="A worker's liveness, resources and hosted models, every few seconds.",
+        subscribers=("cluster_state", "api_gateway"),
+        summary=(
+            "A worker's liveness, resources and hosted models, every few seconds; api_gateway reads its count of "
+            "NATS reconnects (what was on its old connection may be gone: the requests it held end at once)."
+        ),
     ),
     Channel(
         address=subjects.GATEWAY_HEARTBEAT,
