@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_kit import Outcome, Traffic, check_log, request_events, served
+from fault_kit import LogReport, Outcome, Traffic, check_log, request_events, served
 from nrt.testing.hosted_cluster import HostedCluster, hosted_cluster, worker_id
 from nrt.testing.hosts import unavailable
 from nrt.testing.stacks import tiny_manifest
@@ -35,6 +35,10 @@ pytestmark = [
 
 TRAFFIC_S = 6.0  # of traffic before each fault, and at least as long after it
 SERVE_AGAIN_WITHIN_S = 30.0  # a fault that leaves nothing served for this long fails the run
+RESUMED_WITHIN_S = TRAFFIC_S  # a connection through a healed link resumes within this (TCP's backed-off retransmission)
+
+# when (from, to: time.monotonic()) a gateway may have been silent to cluster_state; None: at no time
+Silence = tuple[float, float] | None
 
 
 @pytest.fixture
@@ -54,12 +58,16 @@ class FaultResult:
     failed_after: int  # requests sent after the fault that were not served
     serve_again_s: float  # from the fault to the first request sent after it that was served
     last_failure_s: float  # from the fault to the end of the last request sent after it that was not served (0: none)
+    owner_lost: int  # served requests the log ends as owner_lost: their gateway was silent to cluster_state
     events: int
     what: str  # what exactly was hit
 
 
-async def under_traffic(cluster: HostedCluster, inject: Callable[[], str]) -> tuple[list[Outcome], float, str]:
-    """Traffic through both gateways, ``inject`` the fault half-way; the outcomes, when it struck and what it hit."""
+async def under_traffic(
+    cluster: HostedCluster, inject: Callable[[], str]
+) -> tuple[list[Outcome], tuple[float, float], str]:
+    """Traffic through both gateways, ``inject`` the fault half-way; the outcomes, when it struck and when
+    ``inject`` returned (``time.monotonic()``), and what it hit."""
     traffics = [
         Traffic(url, cluster.headers, concurrency=3, max_tokens=4, timeout=60.0, refused_backoff_s=0.2)
         for url in cluster.gateways
@@ -69,6 +77,7 @@ async def under_traffic(cluster: HostedCluster, inject: Callable[[], str]) -> tu
     await asyncio.sleep(TRAFFIC_S)
     struck = time.monotonic()
     what = await asyncio.to_thread(inject)
+    done = time.monotonic()
 
     def served_after() -> bool:
         return any(served(o) and o.sent_at > struck for t in traffics for o in t.outcomes)
@@ -79,10 +88,10 @@ async def under_traffic(cluster: HostedCluster, inject: Callable[[], str]) -> tu
         await asyncio.sleep(0.1)
     await asyncio.sleep(TRAFFIC_S)
     outcomes = [o for traffic in traffics for o in await traffic.stop()]
-    return outcomes, struck, what
+    return outcomes, (struck, done), what
 
 
-def result(fault: str, what: str, outcomes: list[Outcome], struck: float, events: int) -> FaultResult:
+def result(fault: str, what: str, outcomes: list[Outcome], struck: float, report: LogReport) -> FaultResult:
     after = sorted((o for o in outcomes if o.sent_at > struck), key=lambda o: o.sent_at)
     first = next((o for o in after if served(o)), None)
     assert first is not None, f"{fault}: nothing sent after the fault was served within {SERVE_AGAIN_WITHIN_S}s"
@@ -94,7 +103,8 @@ def result(fault: str, what: str, outcomes: list[Outcome], struck: float, events
         failed_after=sum(1 for o in after if not served(o)),
         serve_again_s=round(first.sent_at + first.took_s - struck, 2),
         last_failure_s=round(max((o.sent_at + o.took_s - struck for o in after if not served(o)), default=0.0), 2),
-        events=events,
+        owner_lost=report.owner_lost,
+        events=report.events_checked,
         what=what,
     )
 
@@ -128,25 +138,40 @@ async def test_a_cluster_across_hosts_survives_each_fault_in_turn(cluster: Hoste
         kill(stack2.service_pid("api_gateway"), "api_gateway on h2")
         return f"api_gateway on {stack2.host.name}"
 
+    cut_nats_node: list[bool] = []
+
     def partition() -> str:
         host = cluster.busiest_worker_host()
         held = [model for model in cluster.specialists() if host in cluster.holders(model)]
+        cut_nats_node.append(any(node.host == host for node in cluster.nats))
         host.cut()
         time.sleep(TRAFFIC_S)
         host.heal()
-        return f"{host.name} (its worker held {held}) cut for {TRAFFIC_S:g} s"
+        node = " and its NATS node" if cut_nats_node[-1] else ""
+        return f"{host.name}{node} (its worker held {held}) cut for {TRAFFIC_S:g} s"
 
-    faults: list[tuple[str, Callable[[], str], Callable[[], None]]] = [
-        ("a gateway killed", kill_gateway, lambda: None),
-        ("a worker per model killed", kill_worker_per_model, cluster.restart_workers),
-        ("a worker host partitioned, then healed", partition, lambda: None),
-        ("the cluster_state leader killed", kill_leader, lambda: None),
-        ("a NATS node killed", kill_nats_node, lambda: cluster.nats[2].start()),
+    def gateway_killed(struck: float, done: float) -> Silence:
+        return struck, struck + 0.1
+
+    def gateways_on_cut_node(struck: float, done: float) -> Silence:
+        # a gateway whose NATS connection is on the cut host's node is silent to cluster_state while the cut
+        # lasts, and until TCP's retransmissions, backed off meanwhile, resume after the heal
+        return (struck, done + RESUMED_WITHIN_S) if cut_nats_node[-1] else None
+
+    def none(struck: float, done: float) -> Silence:
+        return None
+
+    faults: list[tuple[str, Callable[[], str], Callable[[], None], Callable[[float, float], Silence]]] = [
+        ("a gateway killed", kill_gateway, lambda: None, gateway_killed),
+        ("a worker per model killed", kill_worker_per_model, cluster.restart_workers, none),
+        ("a worker host partitioned, then healed", partition, lambda: None, gateways_on_cut_node),
+        ("the cluster_state leader killed", kill_leader, lambda: None, none),
+        ("a NATS node killed", kill_nats_node, lambda: cluster.nats[2].start(), none),
     ]
     earlier: set[str] = set()
     results: list[FaultResult] = []
-    for name, inject, repair in faults:
-        outcomes, struck, what = await under_traffic(cluster, inject)
+    for name, inject, repair, silence in faults:
+        outcomes, (struck, done), what = await under_traffic(cluster, inject)
         report = await asyncio.to_thread(
             check_log,
             outcomes,
@@ -156,20 +181,21 @@ async def test_a_cluster_across_hosts_survives_each_fault_in_turn(cluster: Hoste
             cluster.operator_env,
             earlier,
             unseen=inject is kill_gateway,
-            owner_killed_at=struck if inject is kill_gateway else None,
+            owner_silent=silence(struck, done),
         )
-        results.append(result(name, what, outcomes, struck, report.events_checked))
+        results.append(result(name, what, outcomes, struck, report))
         earlier |= set(await request_events(cluster.database_url))  # a dead gateway's requests too
         await asyncio.to_thread(repair)
         await asyncio.to_thread(cluster.wait_whole, 120.0)
 
     print(
-        "\n| fault | what was hit | requests | admitted | served | not served, sent after | serve again (s) | last failure (s) |"
+        "\n| fault | what was hit | requests | admitted | served | served, ended owner_lost | not served, sent after "
+        "| serve again (s) | last failure (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r.fault} | {r.what} | {r.requests} | {r.admitted} | {r.served} | {r.failed_after} | "
+            f"| {r.fault} | {r.what} | {r.requests} | {r.admitted} | {r.served} | {r.owner_lost} | {r.failed_after} | "
             f"{r.serve_again_s} | {r.last_failure_s} |"
         )
     print(f"request events in the log at the end: {results[-1].events}")

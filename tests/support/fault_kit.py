@@ -247,13 +247,17 @@ async def request_events(database_url: str) -> dict[str, Counter[str]]:
     return found
 
 
-ANSWERED_BEFORE_KILL_S = 1.0  # a request answered this long before its gateway was killed may end as owner_lost
+ANSWERED_BEFORE_SILENCE_S = 1.0  # a request answered this long before its gateway fell silent may end as owner_lost
 
 
-def answered_before_kill(outcome: Outcome, killed_at: float | None) -> bool:
-    """Whether ``outcome``'s answer came in the moment before its gateway was killed at ``killed_at``."""
+def in_flight_during(outcome: Outcome, silent: tuple[float, float] | None) -> bool:
+    """Whether ``outcome`` was in flight while its gateway may have been silent (``silent``: from, to, in
+    ``time.monotonic()``), or was answered in the moment before: its end may then be cluster_state's
+    ``owner_lost`` rather than the gateway's own (the gateway's end was in its memory, outbox or socket)."""
+    if silent is None:
+        return False
     answered = outcome.sent_at + outcome.took_s
-    return killed_at is not None and killed_at - ANSWERED_BEFORE_KILL_S <= answered <= killed_at + 0.1
+    return answered >= silent[0] - ANSWERED_BEFORE_SILENCE_S and outcome.sent_at <= silent[1]
 
 
 async def request_end_code(database_url: str, request_id: str) -> str | None:
@@ -321,6 +325,7 @@ class LogReport:
     served: int
     events_checked: int
     chain_events: int
+    owner_lost: int = 0  # served requests the log ends as cluster_state's owner_lost (their gateway fell silent)
 
 
 def check_log(
@@ -331,17 +336,18 @@ def check_log(
     env: Mapping[str, str],
     earlier: Collection[str] = frozenset(),
     unseen: bool = False,
-    owner_killed_at: float | None = None,
+    owner_silent: tuple[float, float] | None = None,
 ) -> LogReport:
     """Every admitted request recorded exactly once with the outcome its client saw; chain intact; replay == live.
 
     ``earlier``: the ids of requests already in the log before this traffic (a stack that served before),
     which are not this traffic's strays. ``unseen``: a gateway died under this traffic, so a request it
     admitted may have reached the log while its client saw only the connection drop (no id): such
-    requests, at most one per client that got no answer, must each be recorded once too. ``owner_killed_at``: when
-    (``time.monotonic()``) a gateway was killed: a request it answered in the last ``ANSWERED_BEFORE_KILL_S`` before
-    may be recorded as cluster_state's ``owner_lost`` (its end was in the dead gateway's memory or outbox, not on the
-    wire; see the README). Waits (bounded) for the recorder to catch up with the traffic before it compares."""
+    requests, at most one per client that got no answer, must each be recorded once too. ``owner_silent``: when
+    (from, to, ``time.monotonic()``) a gateway may have been silent to cluster_state (killed; or its NATS server
+    cut off): a served request in flight then, or answered in the ``ANSWERED_BEFORE_SILENCE_S`` before, may be
+    recorded as cluster_state's ``owner_lost`` (the log keeps the first end; see the README), and no other
+    failure. Waits (bounded) for the recorder to catch up with the traffic before it compares."""
     admitted = {o.request_id: o for o in outcomes if o.request_id is not None}
     assert len(admitted) == sum(1 for o in outcomes if o.request_id is not None), "a request id was reused"
 
@@ -359,6 +365,7 @@ def check_log(
         return None if missing or unended else found
 
     found = eventually(recorded, 60, "every admitted request's events in the log")
+    owner_lost = 0
     for request_id, outcome in admitted.items():
         counts = found[request_id]
         assert counts["RequestAdmitted"] == 1, (request_id, counts)
@@ -366,11 +373,13 @@ def check_log(
         assert outcome_events == 1, (request_id, counts, outcome, asyncio.run(request_story(database_url, request_id)))
         assert counts["RequestRouted"] <= 1, (request_id, counts)  # router_svc's decision, once at most
         assert counts[RETRY_ROUTED] <= 1, (request_id, counts)  # and once more for the gateway's one retry
-        if served(outcome) and counts["RequestFailed"] and answered_before_kill(outcome, owner_killed_at):
+        if served(outcome) and counts["RequestFailed"] and in_flight_during(outcome, owner_silent):
             code = asyncio.run(request_end_code(database_url, request_id))
             assert code == OWNER_LOST, (request_id, counts, outcome, code)
+            owner_lost += 1
         elif served(outcome):
-            assert counts["RequestCompleted"] == 1, (request_id, counts, outcome)
+            story = counts if counts["RequestCompleted"] else asyncio.run(request_story(database_url, request_id))
+            assert counts["RequestCompleted"] == 1, (request_id, story, outcome, owner_silent)
             # routed: by its first attempt's router_svc, its retry's, or both; a direct call: by none
             assert (routings(counts) >= 1) if outcome.routed else (routings(counts) == 0), (request_id, counts, outcome)
     strays = set(found) - set(admitted) - set(earlier)
@@ -413,6 +422,7 @@ def check_log(
         served=sum(1 for o in outcomes if served(o)),
         events_checked=sum(sum(c.values()) for c in found.values()),
         chain_events=int(chain.group(1)),
+        owner_lost=owner_lost,
     )
 
 
