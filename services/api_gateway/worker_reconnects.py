@@ -18,11 +18,24 @@ from nats.aio.subscription import Subscription
 
 from api_gateway.reply_stream import Inboxes
 from nrt.adapters.bus import subjects
-from nrt.core.protocol import WorkerHeartbeat
 
 log = logging.getLogger("api_gateway")
 
-_beats = msgspec.json.Decoder(WorkerHeartbeat)
+
+class _Reconnects(msgspec.Struct, frozen=True):
+    """What the gateway reads of a ``WorkerHeartbeat`` (the rest of it, the models held, is not decoded)."""
+
+    worker_id: str
+    bus_reconnects: int = 0
+
+
+_beats = msgspec.json.Decoder(_Reconnects)
+
+
+def read_beat(data: bytes) -> tuple[str, int]:
+    """(worker id, reconnect count) of a heartbeat's bytes; raises msgspec's errors on one that does not decode."""
+    beat = _beats.decode(data)
+    return beat.worker_id, beat.bus_reconnects
 
 
 class ReconnectCounts:
@@ -31,10 +44,10 @@ class ReconnectCounts:
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
 
-    def rose(self, beat: WorkerHeartbeat) -> bool:
-        before = self._last.get(beat.worker_id)
-        self._last[beat.worker_id] = beat.bus_reconnects
-        return before is not None and beat.bus_reconnects > before
+    def rose(self, worker_id: str, reconnects: int) -> bool:
+        before = self._last.get(worker_id)
+        self._last[worker_id] = reconnects
+        return before is not None and reconnects > before
 
     def forget(self, worker_id: str) -> None:
         """``worker_id`` is gone (the log says it is lost): a worker that comes back under the same id starts afresh."""
@@ -46,14 +59,14 @@ async def watch(nc: Client, inboxes: Inboxes, counts: ReconnectCounts) -> Subscr
 
     async def on_beat(msg: Msg) -> None:
         try:
-            beat = _beats.decode(msg.data)
+            worker_id, reconnects = read_beat(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("ignoring a worker heartbeat that does not decode: %s", exc)
             return
-        if counts.rose(beat) and (ended := inboxes.worker_reconnected(beat.worker_id)):
+        if counts.rose(worker_id, reconnects) and (ended := inboxes.worker_reconnected(worker_id)):
             log.warning(
                 "worker %s reconnected to NATS: ended %d request(s) it held or no worker had taken yet",
-                beat.worker_id,
+                worker_id,
                 ended,
             )
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from api_gateway.deadlines import inter_token_timeout, next_frame_timeout
 from api_gateway.errors import ApiError, retry_after_header
 from api_gateway.reply_stream import BUS_LOST, WORKER_LOST, Frame, Inboxes, WorkerLost
 from api_gateway.settings import GatewaySettings
-from api_gateway.worker_reconnects import ReconnectCounts
+from api_gateway.worker_reconnects import ReconnectCounts, read_beat
 from nrt.adapters.bus.errors import Overloaded, RemoteError
 from nrt.core.protocol import WorkerHeartbeat
 from nrt.hosting.model_host import recent_speed
@@ -115,24 +116,23 @@ async def test_a_worker_whose_connection_was_made_again_ends_its_requests_and_ev
 def test_a_reconnect_counts_when_a_workers_count_rises_not_when_it_is_first_seen() -> None:
     counts = ReconnectCounts()
 
-    def beat(worker_id: str, reconnects: int) -> WorkerHeartbeat:
-        return WorkerHeartbeat(
-            worker_id=worker_id,
-            host="h",
-            cpu_count=1,
-            ram_bytes=1,
-            accelerator_bytes=0,
-            providers=(),
-            bus_reconnects=reconnects,
-        )
-
-    assert not counts.rose(beat("w1", 3))  # a gateway that starts late sees a count already up
-    assert not counts.rose(beat("w1", 3))
-    assert counts.rose(beat("w1", 4))
-    assert not counts.rose(beat("w2", 0))
+    assert not counts.rose("w1", 3)  # a gateway that starts late sees a count already up
+    assert not counts.rose("w1", 3)
+    assert counts.rose("w1", 4)
+    assert not counts.rose("w2", 0)
     counts.forget("w1")  # lost: it may come back under its id with a connection of its own
-    assert not counts.rose(beat("w1", 0))
-    assert counts.rose(beat("w1", 1))
+    assert not counts.rose("w1", 0)
+    assert counts.rose("w1", 1)
+
+
+def test_the_gateway_reads_a_workers_id_and_reconnect_count_from_its_whole_heartbeat() -> None:
+    beat = WorkerHeartbeat(
+        worker_id="w1", host="h", cpu_count=2, ram_bytes=1, accelerator_bytes=0, providers=("cpu",), bus_reconnects=3
+    )
+    assert read_beat(msgspec.json.encode(beat)) == ("w1", 3)
+    assert read_beat(b'{"worker_id": "w2"}') == ("w2", 0)  # a worker from before the count: none
+    with pytest.raises(msgspec.ValidationError):
+        read_beat(b'{"bus_reconnects": 1}')
 
 
 async def test_a_dropped_connection_ends_every_request_in_flight_at_once() -> None:

@@ -19,6 +19,7 @@ from api_gateway import worker_reconnects
 from api_gateway.reply_stream import Inboxes, WorkerLost
 from api_gateway.worker_reconnects import ReconnectCounts
 from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import processed
 from nrt.hosting.resources import detect
 from nrt.hosting.worker import Worker
 from relay import Relay
@@ -44,8 +45,7 @@ async def test_a_worker_reconnected_to_nats_ends_what_it_held_at_the_gateway(
     inboxes = Inboxes(nc)
     await inboxes.start()
     await worker_reconnects.watch(nc, inboxes, ReconnectCounts())
-    await nc.flush()
-    await nc.flush()  # the server has the subscriptions before the worker beats (another connection)
+    await processed(nc)  # the server has the subscriptions before the worker beats (another connection)
     held, queue_held = inboxes.open()
     inboxes.taken(held, "w-relayed")
     elsewhere, queue_elsewhere = inboxes.open()

@@ -12,6 +12,7 @@ from nats.aio.client import Client
 
 from nrt.adapters.bus import rpc, subjects
 from nrt.adapters.bus.broker import start_broker
+from nrt.adapters.bus.connection import processed
 from nrt.adapters.bus.errors import RemoteError, Unavailable
 from nrt.core.events import SessionKvEvicted, SessionOpened, SessionTouched, TierChanged, WorkerJoined
 from nrt.core.protocol import ClassifyReply, ClassifyRequest, EmbedReply, EmbedRequest, WorkerHeartbeat
@@ -259,7 +260,7 @@ async def test_the_worker_reports_its_device_when_it_joins_and_in_each_heartbeat
         await beats.put(msgspec.json.decode(msg.data, type=WorkerHeartbeat))  # type: ignore[attr-defined]
 
     await nc.subscribe(subjects.WORKER_HEARTBEAT, cb=on_beat)
-    await nc.flush()  # the server has the subscription before the worker beats (another connection)
+    await processed(nc)  # the server has the subscription before the worker beats (another connection)
     await worker.heartbeat()
     beat = await asyncio.wait_for(beats.get(), 5)
     device = worker.host.memory.device  # what the worker measures its residents on
