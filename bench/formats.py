@@ -43,7 +43,7 @@ def main(n: int, rounds: int, peer_wanted: bool = True) -> None:
     root = settings.nrt_home() / "bench"
     root.mkdir(parents=True, exist_ok=True)
     directories: dict[CpuFormat, Path] = prepare_formats(gemma_checkpoint(root), FORMATS)
-    bare = {fmt: Bare(path, spin=False) for fmt, path in directories.items()}
+    bare = {fmt: Bare(path) for fmt, path in directories.items()}
     ids = CausalLM.load(directories["int8"]).encode(DOCUMENT)
     peer = LlamaCppPeer(gemma_gguf()) if peer_wanted and llama_cpp_available() is None else None
     best: dict[str, tuple[float, float]] = {}

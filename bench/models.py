@@ -20,7 +20,7 @@ import numpy as np
 from bench.common import report
 from nrt.adapters.catalogue import ROOT_PROVIDER, load_record, prepare
 from nrt.adapters.catalogue.checkpoints import CpuFormat, checkpoint_entry, local_checkpoint, variant_output
-from nrt.adapters.inference import bare_greedy, build_session, load_weights
+from nrt.adapters.inference import Spin, bare_greedy, build_session, load_weights
 from nrt.adapters.inference.causal import CausalLM
 
 PROMPT = "The history of the city of Paris begins"
@@ -138,7 +138,7 @@ def perplexity(directory: Path, ids: list[int]) -> float:
 class Bare:
     """The bare ONNX Runtime loop over ``path``, one round at a time."""
 
-    def __init__(self, path: Path, spin: bool) -> None:
+    def __init__(self, path: Path, spin: Spin = "never") -> None:
         model = CausalLM.load(path)
         self.session = build_session(load_weights(path), spin=spin)
         self.encode = model.encode  # the model's tokenizer (the prompts' sizes in tokens)

@@ -29,7 +29,7 @@
 Single-stream figures are measured in alternating rounds (floor, worker, peers), best of
 each, so that a noisy neighbour slows all of them rather than one.
 
-    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin] [--formats int8,int4] [--json FILE]
+    python -m bench.worker [--model gemma3-270m|tiny-llama] [--tokens 64] [--spin run|always|never] [--formats int8,int4] [--json FILE]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import msgspec
 from nats.aio.client import Client
@@ -77,7 +78,7 @@ from nrt.adapters.bus.connection import connect
 from nrt.adapters.bus.jetstream import ensure_events_stream
 from nrt.adapters.catalogue import ROOT_PROVIDER, Provider, find_serving, host_provider, load_record, prepare
 from nrt.adapters.catalogue.checkpoints import CpuFormat
-from nrt.adapters.inference import active_provider
+from nrt.adapters.inference import Spin, active_provider
 from nrt.adapters.inference.causal import CausalLM
 from nrt.core.protocol import ControlCommand, ControlReply, GenerateChunk, GenerateRequest, SamplingParams
 from nrt.core.vocabulary import Reason, Tier
@@ -353,7 +354,7 @@ class WorkerFigures(msgspec.Struct, frozen=True):
     aggregate_tokens_per_s: float  # at PEER_CONCURRENCY concurrent
 
 
-async def main(model: str, n: int, spin: bool, formats: tuple[CpuFormat, ...] = ("int8", "int4")) -> None:
+async def main(model: str, n: int, spin: Spin, formats: tuple[CpuFormat, ...] = ("int8", "int4")) -> None:
     from nrt.hosting.resources import detect
     from nrt.hosting.worker import Worker
 
@@ -374,7 +375,7 @@ async def main(model: str, n: int, spin: bool, formats: tuple[CpuFormat, ...] = 
         floor = await asyncio.to_thread(Bare, path, spin)
         print(f"provider: {active_provider(floor.session)}", flush=True)
         print(
-            f"ONNX Runtime (floor and worker): default intra-op threads, spin-wait {'on' if spin else 'off'}; "
+            f"ONNX Runtime (floor and worker): default intra-op threads, spin-wait {spin!r} (NRT_WORKER_ORT_SPIN); "
             f"llama.cpp: n_threads={os.cpu_count()}, its threads spin-wait by design",
             flush=True,
         )
@@ -520,8 +521,9 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--spin",
-        action="store_true",
-        help="ONNX Runtime threads spin-wait between runs (NRT_WORKER_ORT_SPIN=1: a worker with the host to itself)",
+        choices=get_args(Spin),
+        default="never",
+        help="when ONNX Runtime's threads spin-wait for work, in the floor and the worker (NRT_WORKER_ORT_SPIN)",
     )
     parser.add_argument(
         "--json", type=Path, default=None, help="also write every figure reported to this file (scripts/gpu-check)"

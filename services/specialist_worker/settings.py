@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from nrt.adapters.catalogue.sources import HF_INFERENCE_URL
+from nrt.adapters.inference import Spin
 from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.settings import HeartbeatSettings
 from nrt.core.units import parse_size
@@ -51,10 +52,11 @@ class WorkerSettings(HeartbeatSettings):
         description="fetch a model's prepared artifact from the cluster's JetStream object store (`NRT_ARTIFACTS`) "
         "before preparing it here, and publish what this worker prepared there; `0`: every host prepares its own",
     )
-    worker_ort_spin: bool = Field(
-        default=False,
-        description="`1`: ONNX Runtime threads spin-wait between runs (faster on a host the worker has to itself; "
-        "off by default, since on shared cores the spinning starves the other processes)",
+    worker_ort_spin: Spin = Field(
+        default="never",
+        description="when ONNX Runtime's threads spin-wait for work: `never`, every wait sleeps (cores shared with the "
+        "other services); `run`, between a run's operators and not once it returns (a decode step is hundreds of short "
+        "operators: 15-20% faster on Gemma 3 270M, for a worker with its cores to itself); `always`, between runs too",
     )
 
     worker_remote_connect_timeout: float = Field(
@@ -92,3 +94,9 @@ class WorkerSettings(HeartbeatSettings):
     @classmethod
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
+
+    @field_validator("worker_ort_spin", mode="before")
+    @classmethod
+    def _spin(cls, value: object) -> object:
+        """The yes/no this setting was before it named a policy: `1` spun between runs (`always`), `0` never."""
+        return {"1": "always", "0": "never"}.get(value, value) if isinstance(value, str) else value

@@ -38,7 +38,7 @@ from nrt.adapters.bus.contract import Service
 from nrt.adapters.bus.errors import DeadlineExceeded
 from nrt.adapters.bus.follow import EventFollower
 from nrt.adapters.bus.jetstream import EventPublisher
-from nrt.adapters.inference import ArtifactRegistry
+from nrt.adapters.inference import ArtifactRegistry, Spin
 from nrt.adapters.inference.batching import DEFAULT_PREFIX_CACHE_BYTES
 from nrt.adapters.metrics import WorkerMetrics
 from nrt.core.events import ManifestApplied
@@ -84,7 +84,7 @@ class Worker:
         max_batch_size: int = 16,
         heartbeat_s: float = 0.5,
         ort_threads: int | None = None,
-        ort_spin: bool = False,
+        ort_spin: Spin = "never",
         promote_timeout: float = 60.0,
         role: WorkerRole = WorkerRole.SPECIALIST,
         max_queue: int = 64,

@@ -51,7 +51,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
         None,
         None,
         16,
-        False,
+        "never",
     )
     assert worker.heartbeat_s == 0.5
     assert worker.remote_policy() == RemotePolicy(connect_timeout_s=5.0, read_timeout_s=60.0, connect_attempts=3)
@@ -109,7 +109,7 @@ def test_every_variable_overrides_its_field(monkeypatch: pytest.MonkeyPatch, tmp
         "NRT_WORKER_MAX_BATCH": ("4", "worker_max_batch", 4),
         "NRT_WORKER_PREFIX_CACHE": ("16MB", "worker_prefix_cache", 16 * 10**6),
         "NRT_WORKER_MAX_QUEUE": ("8", "worker_max_queue", 8),
-        "NRT_WORKER_ORT_SPIN": ("1", "worker_ort_spin", True),
+        "NRT_WORKER_ORT_SPIN": ("always", "worker_ort_spin", "always"),
         "NRT_WORKER_SHARE_ARTIFACTS": ("0", "worker_share_artifacts", False),
         "NRT_WORKER_REMOTE_CONNECT_TIMEOUT": ("1.5", "worker_remote_connect_timeout", 1.5),
         "NRT_WORKER_REMOTE_READ_TIMEOUT": ("30", "worker_remote_read_timeout", 30.0),
@@ -186,7 +186,7 @@ def test_code_sets_fields_by_name_over_the_environment(monkeypatch: pytest.Monke
             "NRT_WORKER_ORT_SPIN",
             "maybe",
             WorkerSettings,
-            "NRT_WORKER_ORT_SPIN='maybe': Input should be a valid boolean",
+            "NRT_WORKER_ORT_SPIN='maybe': Input should be 'never', 'run' or 'always'",
         ),
         ("NRT_HEARTBEAT_S", "0", ClusterStateSettings, "NRT_HEARTBEAT_S='0': Input should be greater than 0"),
         ("NRT_MISSED_HEARTBEATS", "few", ClusterStateSettings, "NRT_MISSED_HEARTBEATS='few': Input should be"),

@@ -26,7 +26,7 @@ async def test_bench_worker_serves_each_weight_format(
     monkeypatch.setenv("NRT_HOME", str(tmp_path / "nrt-home"))
     monkeypatch.setattr(worker, "ROUNDS", 1)
     monkeypatch.setattr(worker, "AGGREGATE_ROUNDS", 1)
-    await worker.main("tiny-llama", 4, spin=False, formats=("int8", "int4"))
+    await worker.main("tiny-llama", 4, spin="never", formats=("int8", "int4"))
     out = capsys.readouterr().out
     assert "worker over NATS: decode" in out
     assert "weight formats (int8, int4): tiny-llama prepared from one checkpoint" in out

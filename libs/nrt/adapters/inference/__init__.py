@@ -31,6 +31,7 @@ from nrt.adapters.inference.templates import (
     few_shot,
 )
 from nrt.adapters.inference.weights import (
+    Spin,
     Weights,
     active_provider,
     build_session,
@@ -63,6 +64,7 @@ __all__ = [
     "PromptTemplate",
     "SessionStore",
     "SessionUsage",
+    "Spin",
     "StopMatcher",
     "TemplateError",
     "Tier",

@@ -16,7 +16,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from nrt.adapters.inference.errors import InferenceError
-from nrt.adapters.inference.weights import Weights, active_provider, build_session, load_weights
+from nrt.adapters.inference.weights import Spin, Weights, active_provider, build_session, load_weights
 from nrt.core.vocabulary import Tier as Tier  # the one tier type; the registry holds unloaded, standby or resident
 
 
@@ -58,7 +58,7 @@ class ArtifactRegistry:
     """Refcounted weights and sessions, one per artifact directory. Thread-safe."""
 
     def __init__(
-        self, providers: Sequence[str] | None = None, *, intra_op_threads: int | None = None, spin: bool = False
+        self, providers: Sequence[str] | None = None, *, intra_op_threads: int | None = None, spin: Spin = "never"
     ) -> None:
         self._providers = list(providers) if providers is not None else None
         self._threads = intra_op_threads

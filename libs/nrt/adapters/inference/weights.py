@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import onnxruntime as ort
 
@@ -13,6 +14,8 @@ from nrt.adapters.inference.artifact import MODEL_FILE, external_data_files, req
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+# When a session's intra-op threads spin-wait for work (session_options): NRT_WORKER_ORT_SPIN
+Spin = Literal["never", "run", "always"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,20 +50,28 @@ def select_providers(available: Sequence[str] | None = None) -> list[str]:
     return [CUDA, CPU] if CUDA in offered else [CPU]
 
 
-def session_options(intra_op_threads: int | None = None, *, spin: bool = False) -> ort.SessionOptions:
-    """Options for a serving session.
+def session_options(intra_op_threads: int | None = None, *, spin: Spin = "never") -> ort.SessionOptions:
+    """Options for a serving session; ``spin`` is when ONNX Runtime's intra-op threads spin-wait for work.
 
-    ONNX Runtime's intra-op threads spin-wait after each run by default: back-to-back runs
-    start sooner on a machine the session has to itself, but on shared cores (several
-    models, the services and the servers on one host) the spinning takes the CPU the other
-    processes need. Off unless ``spin`` (``NRT_WORKER_ORT_SPIN=1`` for a dedicated worker).
+    - ``never`` (the default): every wait sleeps. On shared cores (several models, the services and
+      the servers on one host) spinning takes the CPU the other processes need.
+    - ``run``: between the operators of a run, and not once it returns (``session.force_spinning_stop``).
+      A decode step is a few hundred operators of microseconds each, and a thread that sleeps between
+      them is woken for every one: Gemma 3 270M's bare loop on 2 cores decodes 15-20% faster than with
+      ``never``, and a loop of short runs with pauses between them took less CPU than either other
+      policy. For a worker with its cores to itself: in ``bench.worker``'s process, llama.cpp measured
+      after the worker ran slower (29 against 44 tokens/s) under ``run`` than under ``never``, which
+      is not explained yet (not so beside a bare session, nor beside onnxruntime-genai).
+    - ``always``: after each run too (ONNX Runtime's default).
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only: CUDA-missing fallbacks are reported by us
     if intra_op_threads:
         options.intra_op_num_threads = intra_op_threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0" if spin == "never" else "1")
+    if spin == "run":
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
 
@@ -69,7 +80,7 @@ def build_session(
     providers: Sequence[str] | None = None,
     *,
     intra_op_threads: int | None = None,
-    spin: bool = False,
+    spin: Spin = "never",
 ) -> ort.InferenceSession:
     """The resident tier: a live ONNX Runtime session built from the in-memory bytes.
 
