@@ -59,9 +59,8 @@ def session_options(intra_op_threads: int | None = None, *, spin: Spin = "never"
       A decode step is a few hundred operators of microseconds each, and a thread that sleeps between
       them is woken for every one: Gemma 3 270M's bare loop on 2 cores decodes 15-20% faster than with
       ``never``, and a loop of short runs with pauses between them took less CPU than either other
-      policy. For a worker with its cores to itself: in ``bench.worker``'s process, llama.cpp measured
-      after the worker ran slower (29 against 44 tokens/s) under ``run`` than under ``never``, which
-      is not explained yet (not so beside a bare session, nor beside onnxruntime-genai).
+      policy. For a worker with its cores to itself: where more threads are busy than there are cores,
+      a thread spinning through its time slice delays another's.
     - ``always``: after each run too (ONNX Runtime's default).
     """
     options = ort.SessionOptions()
