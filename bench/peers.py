@@ -22,14 +22,17 @@ requests started together).
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 import numpy as np
@@ -37,6 +40,21 @@ import numpy as np
 from nrt.adapters.catalogue import MODEL_FILE, load_record
 from nrt.adapters.catalogue.signature import read_signature
 from nrt.adapters.inference.artifact import LOGITS_TO_KEEP, read_hf_config
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+# Every call into a peer from async code runs on this one thread (on_peer_thread)
+_PEER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-peer")
+
+
+async def on_peer_thread(call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``call`` on the one thread every peer call runs on. llama.cpp's OpenMP team belongs to the thread that
+    runs it: called from ``asyncio.to_thread``'s changing threads it grows a second team whose threads
+    spin-wait beside the first's, and decoded at about 26 tokens/s instead of 42 here (its figure in
+    ``bench.worker`` then fell to that in some runs, and the ratios against it rose)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_PEER_THREAD, functools.partial(call, *args, **kwargs))
+
 
 GENAI_CONFIG = "genai_config.json"
 

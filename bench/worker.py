@@ -70,6 +70,7 @@ from bench.peers import (
     genai_available,
     genai_model_dir,
     llama_cpp_available,
+    on_peer_thread,
 )
 from nrt.adapters import settings
 from nrt.adapters.bus import rpc, subjects
@@ -295,9 +296,9 @@ async def serve_formats(nc: Client, formats: WeightFormats, n: int, llama_cpp: L
             for fmt in formats.served:
                 runs[fmt].append((await through_worker(nc, format_id(fmt), n, format_id(fmt)))[:2])
                 if fmt in genai:
-                    genai_runs[fmt].append(await asyncio.to_thread(genai[fmt].single, formats.prompt_ids, n))
+                    genai_runs[fmt].append(await on_peer_thread(genai[fmt].single, formats.prompt_ids, n))
             if llama_cpp is not None:
-                llama_runs.append(await asyncio.to_thread(llama_cpp.single, formats.prompt_ids, n))
+                llama_runs.append(await on_peer_thread(llama_cpp.single, formats.prompt_ids, n))
         genai.clear()
     for fmt in formats.served:  # the worker's RAM back before the perplexities' sessions are built
         await rpc.request(
@@ -379,7 +380,7 @@ async def main(model: str, n: int, spin: Spin, formats: tuple[CpuFormat, ...] = 
             f"llama.cpp: n_threads={os.cpu_count()}, its threads spin-wait by design",
             flush=True,
         )
-        peers = None if gpu else await asyncio.to_thread(Peers, stack, model, path)
+        peers = None if gpu else await on_peer_thread(Peers, stack, model, path)
         nc = await connect(url, "bench-worker")
         await ensure_events_stream(nc.jetstream())
         worker_broker = await start_broker(url, "bench-worker-service")
@@ -390,14 +391,14 @@ async def main(model: str, n: int, spin: Spin, formats: tuple[CpuFormat, ...] = 
             await through_worker(nc, "m", 4)  # warm-up
             runners = peers.runners() if peers is not None else []
             for _, runner in runners:
-                await asyncio.to_thread(runner.single, floor.ids, 4)  # warm-up
+                await on_peer_thread(runner.single, floor.ids, 4)  # warm-up
             bare_runs, worker_runs = [], []
             peer_runs: dict[str, list[Figures]] = {name: [] for name, _ in runners}
             for _ in range(ROUNDS):
                 bare_runs.append(await asyncio.to_thread(floor.round, n))
                 worker_runs.append((await through_worker(nc, "m", n))[:2])
                 for name, runner in runners:
-                    peer_runs[name].append(await asyncio.to_thread(runner.single, floor.ids, n))
+                    peer_runs[name].append(await on_peer_thread(runner.single, floor.ids, n))
             bare_ttft, bare_tps = min(r[0] for r in bare_runs), max(r[1] for r in bare_runs)
             ttft, tps = min(r[0] for r in worker_runs), max(r[1] for r in worker_runs)
             floor_name = "bare ORT CUDA loop" if gpu else "bare loop"
@@ -430,7 +431,7 @@ async def main(model: str, n: int, spin: Spin, formats: tuple[CpuFormat, ...] = 
                     if concurrency != PEER_CONCURRENCY:
                         continue
                     for name, runner in runners:
-                        together = await asyncio.to_thread(runner.aggregate, floor.ids, n, concurrency)
+                        together = await on_peer_thread(runner.aggregate, floor.ids, n, concurrency)
                         peer_aggregates[name] = max(peer_aggregates[name], together)
                 report(
                     f"worker aggregate, {concurrency} concurrent",
