@@ -33,12 +33,3 @@ def test_each_policy_sets_when_the_threads_spin(spin: Spin, spinning: str, stop_
 
 def test_by_default_no_thread_spins() -> None:
     assert (entry(session_options(), SPINNING), entry(session_options(), STOP_AT_END)) == ("0", None)
-
-
-@pytest.mark.parametrize(("raw", "spin"), [("1", "always"), ("0", "never"), ("run", "run")])
-def test_the_setting_keeps_its_old_yes_and_no(monkeypatch: pytest.MonkeyPatch, raw: str, spin: Spin) -> None:
-    """NRT_WORKER_ORT_SPIN was a yes/no before it named a policy: `1` spun between runs, `0` never."""
-    from services.specialist_worker.settings import WorkerSettings
-
-    monkeypatch.setenv("NRT_WORKER_ORT_SPIN", raw)
-    assert WorkerSettings.from_env().worker_ort_spin == spin

@@ -15,6 +15,7 @@ from tools import settings_doc
 from api_gateway.settings import GatewaySettings
 from cluster_state.settings import ClusterStateSettings
 from nrt.adapters.bus.jetstream import StreamLimits
+from nrt.adapters.inference import Spin
 from nrt.adapters.settings import Settings, SettingsError, models_dir, nrt_home
 from nrt.core.policies import Tuning
 from nrt.entrypoints.cli.main import cli
@@ -229,3 +230,10 @@ def test_every_variable_has_a_row_and_a_meaning() -> None:
         for field, info in cls.model_fields.items():
             assert info.description, f"{cls.__name__}.{field}"
             assert f"| `{settings_doc.env_name(cls, field)}` |" in table
+
+
+@pytest.mark.parametrize(("raw", "spin"), [("1", "always"), ("0", "never"), ("run", "run")])
+def test_worker_ort_spin_keeps_its_old_yes_and_no(monkeypatch: pytest.MonkeyPatch, raw: str, spin: Spin) -> None:
+    """NRT_WORKER_ORT_SPIN was a yes/no before it named a policy: `1` spun between runs, `0` never."""
+    monkeypatch.setenv("NRT_WORKER_ORT_SPIN", raw)
+    assert WorkerSettings.from_env().worker_ort_spin == spin

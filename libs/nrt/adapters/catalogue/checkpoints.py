@@ -46,11 +46,9 @@ CPU_FORMATS: dict[CpuFormat, tuple[Quantization, str]] = {
     "none": ("fp32", f"{RECIPE}+fp32/1"),
     # fused graphs (builders/fused.py: onnxruntime-genai's model builder), NRT_FUSED_GRAPHS=1; an
     # architecture the builder lacks falls back to the optimum export of the format in FUSED_FALLBACK
-    "fused-int8": (
-        "int8-dynamic",
-        f"{RECIPE}+fused-int8/4",
-    ),  # 2: a GGUF's own blocks; 3: an integer LM head; 4: two-row activations
-    "fused-int4": ("int4", f"{RECIPE}+fused-int4/4"),  # 2: blocks of 16; 3: an integer LM head; 4: two-row activations
+    # fused-int8 2: a GGUF's own blocks; fused-int4 2: blocks of 16; both 3: an integer LM head; 4: its two-row activations
+    "fused-int8": ("int8-dynamic", f"{RECIPE}+fused-int8/4"),
+    "fused-int4": ("int4", f"{RECIPE}+fused-int4/4"),
     "fused-fp32": ("fp32", f"{RECIPE}+fused-fp32/1"),
 }
 FUSED_FALLBACK: dict[CpuFormat, CpuFormat] = {"fused-int8": "int8", "fused-int4": "int4", "fused-fp32": "none"}
